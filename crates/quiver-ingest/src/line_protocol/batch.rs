@@ -1,0 +1,509 @@
+//! Decoding a line-protocol request straight into Arrow column builders, one per table.
+//!
+//! Each line is parsed into borrowed slices ([`super::parser`]), checked against the table's
+//! schema (the columns the table already has, plus those earlier lines of this request added),
+//! and only then appended, so a rejected line leaves no trace in any column. Column lookups use
+//! borrowed `&str` keys; nothing is allocated per row except dictionary growth for new tag
+//! values and the bytes of string fields.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    StringDictionaryBuilder, TimestampNanosecondBuilder, UInt64Builder,
+};
+use arrow::datatypes::{Int32Type, Schema};
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashMap;
+
+use super::parser::{FieldValue, LineParser, ParsedLine};
+use super::precision::Precision;
+use crate::schema::{ColumnType, FieldType, TIME_COLUMN};
+
+/// Tells the decoder which columns a table already has, so that a write whose field type
+/// conflicts with the stored schema is rejected line by line.
+pub trait SchemaLookup {
+    /// The existing columns of `table` (empty for a table that does not exist yet).
+    fn existing_columns(&self, table: &str) -> Vec<(String, ColumnType)>;
+}
+
+/// A lookup for a database that has no tables yet.
+pub struct NoExistingTables;
+
+impl SchemaLookup for NoExistingTables {
+    fn existing_columns(&self, _table: &str) -> Vec<(String, ColumnType)> {
+        Vec::new()
+    }
+}
+
+/// How to interpret a request body.
+#[derive(Debug, Clone)]
+pub struct DecodeOptions {
+    /// Unit of the timestamps written in the body.
+    pub precision: Precision,
+    /// Server time (ns) given to lines that carry no timestamp, before truncation to the
+    /// precision: one value per request, so such lines of one series collapse into one point.
+    pub default_time_ns: i64,
+    /// At most this many errors are kept with their text; the rest are only counted.
+    pub max_reported_errors: usize,
+}
+
+/// A rejected line, in the shape InfluxDB 3 reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based line number in the request body.
+    pub line_number: usize,
+    /// What was wrong (with the column within the line for syntax errors).
+    pub message: String,
+    /// The line as it was sent (lossily decoded if it was not UTF-8).
+    pub original_line: String,
+}
+
+/// The rows of one table decoded from a request.
+#[derive(Debug, Clone)]
+pub struct DecodedTable {
+    /// The table (measurement) name.
+    pub name: String,
+    /// The rows; columns sorted by name, tags as `Dictionary(Int32, Utf8)`.
+    pub batch: RecordBatch,
+}
+
+/// Everything decoded from one request body.
+#[derive(Debug, Default)]
+pub struct DecodedWrite {
+    /// One batch per table written to, in order of first appearance.
+    pub tables: Vec<DecodedTable>,
+    /// The first `max_reported_errors` rejected lines.
+    pub errors: Vec<LineError>,
+    /// How many lines were rejected in all.
+    pub error_count: usize,
+    /// How many lines were accepted.
+    pub accepted_lines: usize,
+}
+
+impl DecodedWrite {
+    /// Total rows accepted across tables.
+    pub fn row_count(&self) -> usize {
+        self.tables.iter().map(|t| t.batch.num_rows()).sum()
+    }
+}
+
+/// Decodes a whole line-protocol body; good lines become rows, bad lines become [`LineError`]s.
+pub fn decode_line_protocol(
+    body: &[u8],
+    options: &DecodeOptions,
+    existing: &dyn SchemaLookup,
+) -> DecodedWrite {
+    let mut out = DecodedWrite::default();
+    let mut builders: Vec<TableBuilder> = Vec::new();
+    let mut table_index: HashMap<String, usize> = HashMap::new();
+    let default_time = options.precision.truncate(options.default_time_ns);
+    let mut parser = LineParser::new(body);
+    let mut line = ParsedLine::default();
+    let mut scratch = LineScratch::default();
+    while let Some(result) = parser.next_line(&mut line) {
+        let outcome = result.map_err(|e| e.to_string()).and_then(|span| {
+            let time = match line.timestamp {
+                None => default_time,
+                Some(ts) => options.precision.to_nanos(ts).ok_or_else(|| {
+                    format!("timestamp {ts} is out of range for precision {:?}", options.precision)
+                })?,
+            };
+            let index = match table_index.get(line.measurement.as_ref()) {
+                Some(&i) => i,
+                None => {
+                    let name = line.measurement.to_string();
+                    let columns = existing.existing_columns(&name);
+                    builders.push(TableBuilder::new(name.clone(), columns));
+                    table_index.insert(name, builders.len() - 1);
+                    builders.len() - 1
+                }
+            };
+            builders[index]
+                .append(&line, time, &mut scratch)
+                .map(|()| span)
+        });
+        match outcome {
+            Ok(_) => out.accepted_lines += 1,
+            Err(message) => {
+                out.error_count += 1;
+                if out.errors.len() < options.max_reported_errors {
+                    out.errors.push(LineError {
+                        line_number: parser.current_entry_line_number(),
+                        message,
+                        original_line: parser
+                            .entry_text(parser.current_entry_start())
+                            .into_owned(),
+                    });
+                }
+            }
+        }
+    }
+    out.tables = builders
+        .into_iter()
+        .filter(|b| b.rows > 0)
+        .map(TableBuilder::finish)
+        .collect();
+    out
+}
+
+/// Per-line working memory, reused across lines.
+#[derive(Default)]
+struct LineScratch {
+    /// For each tag of the line: its column, or `None` if it is new.
+    tag_columns: Vec<Option<usize>>,
+    /// Indices into `line.fields` that take effect (a repeated key: the last one wins).
+    effective_fields: Vec<usize>,
+    /// For each effective field: its column, or `None` if it is new.
+    field_columns: Vec<Option<usize>>,
+}
+
+/// What the decoder knows about one column name of a table.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    column_type: ColumnType,
+    /// Index into `TableBuilder::columns` once this request has written the column.
+    builder: Option<usize>,
+}
+
+/// The typed Arrow builder behind one column.
+enum ColumnData {
+    Tag(StringDictionaryBuilder<Int32Type>),
+    Float(Float64Builder),
+    Integer(Int64Builder),
+    UInteger(UInt64Builder),
+    String(StringBuilder),
+    Boolean(BooleanBuilder),
+}
+
+struct ColumnBuilder {
+    name: String,
+    data: ColumnData,
+    /// Rows filled so far; rows before this column first appeared are back-filled with nulls.
+    len: usize,
+}
+
+impl ColumnBuilder {
+    fn new(name: &str, column_type: ColumnType) -> Self {
+        let data = match column_type {
+            ColumnType::Tag => ColumnData::Tag(StringDictionaryBuilder::new()),
+            ColumnType::Field(FieldType::Float) => ColumnData::Float(Float64Builder::new()),
+            ColumnType::Field(FieldType::Integer) => ColumnData::Integer(Int64Builder::new()),
+            ColumnType::Field(FieldType::UInteger) => ColumnData::UInteger(UInt64Builder::new()),
+            ColumnType::Field(FieldType::String) => ColumnData::String(StringBuilder::new()),
+            ColumnType::Field(FieldType::Boolean) => ColumnData::Boolean(BooleanBuilder::new()),
+            ColumnType::Time => unreachable!("time is not a tag or field column"),
+        };
+        ColumnBuilder {
+            name: name.to_string(),
+            data,
+            len: 0,
+        }
+    }
+
+    fn pad_to(&mut self, rows: usize) {
+        let missing = rows - self.len;
+        if missing == 0 {
+            return;
+        }
+        match &mut self.data {
+            ColumnData::Tag(b) => b.append_nulls(missing),
+            ColumnData::Float(b) => b.append_nulls(missing),
+            ColumnData::Integer(b) => b.append_nulls(missing),
+            ColumnData::UInteger(b) => b.append_nulls(missing),
+            ColumnData::String(b) => b.append_nulls(missing),
+            ColumnData::Boolean(b) => b.append_nulls(missing),
+        }
+        self.len = rows;
+    }
+
+    fn append_tag(&mut self, row: usize, value: &str) {
+        self.pad_to(row);
+        match &mut self.data {
+            ColumnData::Tag(b) => b.append_value(value),
+            _ => unreachable!("validated as a tag column"),
+        }
+        self.len += 1;
+    }
+
+    fn append_field(&mut self, row: usize, value: &FieldValue<'_>) {
+        self.pad_to(row);
+        match (&mut self.data, value) {
+            (ColumnData::Float(b), FieldValue::Float(v)) => b.append_value(*v),
+            (ColumnData::Integer(b), FieldValue::Integer(v)) => b.append_value(*v),
+            (ColumnData::UInteger(b), FieldValue::UInteger(v)) => b.append_value(*v),
+            (ColumnData::String(b), FieldValue::String(v)) => b.append_value(v),
+            (ColumnData::Boolean(b), FieldValue::Boolean(v)) => b.append_value(*v),
+            _ => unreachable!("validated field type"),
+        }
+        self.len += 1;
+    }
+
+    fn finish(mut self, rows: usize) -> (String, ArrayRef) {
+        self.pad_to(rows);
+        let array: ArrayRef = match &mut self.data {
+            ColumnData::Tag(b) => Arc::new(b.finish()),
+            ColumnData::Float(b) => Arc::new(b.finish()),
+            ColumnData::Integer(b) => Arc::new(b.finish()),
+            ColumnData::UInteger(b) => Arc::new(b.finish()),
+            ColumnData::String(b) => Arc::new(b.finish()),
+            ColumnData::Boolean(b) => Arc::new(b.finish()),
+        };
+        (self.name, array)
+    }
+}
+
+fn field_type(value: &FieldValue<'_>) -> FieldType {
+    match value {
+        FieldValue::Float(_) => FieldType::Float,
+        FieldValue::Integer(_) => FieldType::Integer,
+        FieldValue::UInteger(_) => FieldType::UInteger,
+        FieldValue::String(_) => FieldType::String,
+        FieldValue::Boolean(_) => FieldType::Boolean,
+    }
+}
+
+/// Accumulates the rows of one table.
+struct TableBuilder {
+    name: String,
+    times: TimestampNanosecondBuilder,
+    columns: Vec<ColumnBuilder>,
+    slots: HashMap<String, Slot>,
+    rows: usize,
+}
+
+impl TableBuilder {
+    fn new(name: String, existing: Vec<(String, ColumnType)>) -> Self {
+        let slots = existing
+            .into_iter()
+            .map(|(column, column_type)| {
+                (
+                    column,
+                    Slot {
+                        column_type,
+                        builder: None,
+                    },
+                )
+            })
+            .collect();
+        TableBuilder {
+            name,
+            times: TimestampNanosecondBuilder::new(),
+            columns: Vec::new(),
+            slots,
+            rows: 0,
+        }
+    }
+
+    /// Checks one column of a line against the schema; returns its builder if it has one.
+    fn resolve(&self, key: &str, wanted: ColumnType) -> Result<Option<usize>, String> {
+        if key == TIME_COLUMN {
+            return Err(format!(
+                "{} key \"time\" is reserved for the timestamp column",
+                if wanted == ColumnType::Tag { "tag" } else { "field" }
+            ));
+        }
+        match self.slots.get(key) {
+            None => Ok(None),
+            Some(slot) if slot.column_type == wanted => Ok(slot.builder),
+            Some(slot) => Err(format!(
+                "column \"{key}\" of table \"{}\" is a {}; this line writes it as a {}",
+                self.name,
+                slot.column_type.describe(),
+                wanted.describe()
+            )),
+        }
+    }
+
+    /// Validates the whole line first, then appends it: a rejected line changes nothing.
+    fn append(
+        &mut self,
+        line: &ParsedLine<'_>,
+        time: i64,
+        scratch: &mut LineScratch,
+    ) -> Result<(), String> {
+        scratch.tag_columns.clear();
+        scratch.effective_fields.clear();
+        scratch.field_columns.clear();
+        for (key, _) in &line.tags {
+            scratch.tag_columns.push(self.resolve(key, ColumnType::Tag)?);
+        }
+        for (i, (key, value)) in line.fields.iter().enumerate() {
+            if line.fields[i + 1..].iter().any(|(k, _)| k == key) {
+                continue; // a later value for the same key wins
+            }
+            if line.tags.iter().any(|(k, _)| k == key) {
+                return Err(format!(
+                    "\"{key}\" is written as both a tag and a field in the same line"
+                ));
+            }
+            let wanted = ColumnType::Field(field_type(value));
+            scratch.field_columns.push(self.resolve(key, wanted)?);
+            scratch.effective_fields.push(i);
+        }
+        let row = self.rows;
+        for ((key, value), column) in line.tags.iter().zip(&scratch.tag_columns) {
+            let index = column.unwrap_or_else(|| self.add_column(key, ColumnType::Tag));
+            self.columns[index].append_tag(row, value);
+        }
+        for (&i, column) in scratch.effective_fields.iter().zip(&scratch.field_columns) {
+            let (key, value) = &line.fields[i];
+            let index = column.unwrap_or_else(|| {
+                self.add_column(key, ColumnType::Field(field_type(value)))
+            });
+            self.columns[index].append_field(row, value);
+        }
+        self.times.append_value(time);
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn add_column(&mut self, key: &str, column_type: ColumnType) -> usize {
+        let index = self.columns.len();
+        self.columns.push(ColumnBuilder::new(key, column_type));
+        self.slots.insert(
+            key.to_string(),
+            Slot {
+                column_type,
+                builder: Some(index),
+            },
+        );
+        index
+    }
+
+    fn finish(mut self) -> DecodedTable {
+        let rows = self.rows;
+        let times: ArrayRef = Arc::new(self.times.finish().with_timezone("UTC"));
+        let mut columns: Vec<(String, ArrayRef)> = self
+            .columns
+            .into_iter()
+            .map(|c| c.finish(rows))
+            .collect();
+        columns.push((TIME_COLUMN.to_string(), times));
+        columns.sort_by(|a, b| a.0.cmp(&b.0));
+        let fields: Vec<_> = columns
+            .iter()
+            .map(|(name, array)| {
+                let column_type = ColumnType::from_arrow(name, array.data_type())
+                    .expect("builders only produce data-model types");
+                column_type.arrow_field(name)
+            })
+            .collect();
+        let arrays = columns.into_iter().map(|(_, a)| a).collect();
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+            .expect("all columns were padded to the same length");
+        DecodedTable {
+            name: self.name,
+            batch,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Float64Type, TimestampNanosecondType};
+
+    fn options() -> DecodeOptions {
+        DecodeOptions {
+            precision: Precision::Nanosecond,
+            default_time_ns: 42,
+            max_reported_errors: 100,
+        }
+    }
+
+    struct Existing(Vec<(String, ColumnType)>);
+    impl SchemaLookup for Existing {
+        fn existing_columns(&self, _table: &str) -> Vec<(String, ColumnType)> {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn builds_one_batch_per_table_with_nulls_for_missing_columns() {
+        let body = b"cpu,host=a usage=1 10\nmem used=5i 11\ncpu,host=b,dc=x usage=2,idle=3 12\n";
+        let out = decode_line_protocol(body, &options(), &NoExistingTables);
+        assert_eq!(out.error_count, 0);
+        assert_eq!(out.accepted_lines, 3);
+        assert_eq!(out.tables.len(), 2);
+        let cpu = &out.tables[0].batch;
+        let names: Vec<_> = cpu.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["dc", "host", "idle", "time", "usage"]);
+        let dc = cpu.column_by_name("dc").unwrap();
+        assert!(dc.is_null(0) && !dc.is_null(1));
+        let idle = cpu.column_by_name("idle").unwrap();
+        assert!(idle.is_null(0), "a missing field is null, never 0");
+        let usage = cpu.column_by_name("usage").unwrap().as_primitive::<Float64Type>();
+        assert_eq!(usage.values(), &[1.0, 2.0]);
+    }
+
+    #[test]
+    fn missing_timestamp_uses_one_server_time() {
+        let out = decode_line_protocol(b"cpu v=1\ncpu v=2", &options(), &NoExistingTables);
+        let times = out.tables[0]
+            .batch
+            .column_by_name("time")
+            .unwrap()
+            .as_primitive::<TimestampNanosecondType>()
+            .clone();
+        assert_eq!(times.values(), &[42, 42]);
+    }
+
+    #[test]
+    fn type_conflicts_are_per_line_and_leave_no_trace() {
+        let body = b"cpu v=1 1\ncpu v=2i 2\ncpu,v=x w=1 3\ncpu v=3,w=\"s\" 4\n";
+        let out = decode_line_protocol(body, &options(), &NoExistingTables);
+        assert_eq!(out.accepted_lines, 2);
+        assert_eq!(out.error_count, 2);
+        assert_eq!(out.errors[0].line_number, 2);
+        assert!(out.errors[0].message.contains("float field"), "{}", out.errors[0].message);
+        assert!(out.errors[0].message.contains("integer field"));
+        assert_eq!(out.errors[0].original_line, "cpu v=2i 2");
+        assert!(out.errors[1].message.contains("is a float field; this line writes it as a tag"));
+        let batch = &out.tables[0].batch;
+        assert_eq!(batch.num_rows(), 2);
+        assert!(batch.column_by_name("v").unwrap().data_type().is_floating());
+    }
+
+    #[test]
+    fn conflicts_with_existing_schema() {
+        let existing = Existing(vec![("host".into(), ColumnType::Tag)]);
+        let out = decode_line_protocol(b"cpu host=1 1\ncpu,host=a v=1 2", &options(), &existing);
+        assert_eq!(out.error_count, 1);
+        assert!(out.errors[0].message.contains("\"host\""));
+        assert!(out.errors[0].message.contains("is a tag"));
+    }
+
+    #[test]
+    fn reserved_and_duplicate_keys() {
+        let out = decode_line_protocol(
+            b"cpu,time=x v=1\ncpu time=1\ncpu,a=x a=1\ncpu v=1,v=2 5",
+            &options(),
+            &NoExistingTables,
+        );
+        assert_eq!(out.error_count, 3);
+        let v = out.tables[0].batch.column_by_name("v").unwrap();
+        assert_eq!(v.as_primitive::<Float64Type>().value(0), 2.0, "last value wins");
+    }
+
+    #[test]
+    fn errors_are_capped_but_counted() {
+        let body = "bad\n".repeat(50);
+        let mut opts = options();
+        opts.max_reported_errors = 3;
+        let out = decode_line_protocol(body.as_bytes(), &opts, &NoExistingTables);
+        assert_eq!(out.error_count, 50);
+        assert_eq!(out.errors.len(), 3);
+        assert_eq!(out.errors[2].line_number, 3);
+    }
+
+    #[test]
+    fn timestamp_overflow_is_a_line_error() {
+        let mut opts = options();
+        opts.precision = Precision::Second;
+        let out = decode_line_protocol(b"cpu v=1 9223372036854775807", &opts, &NoExistingTables);
+        assert_eq!(out.error_count, 1);
+        assert!(out.errors[0].message.contains("out of range"));
+    }
+}

@@ -1,0 +1,112 @@
+//! Quiver's data model, shared by every layer: a table has a `time` column, tag columns and
+//! typed field columns, and this module says how each maps to Arrow.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, TimeUnit};
+
+/// The name of every table's timestamp column.
+pub const TIME_COLUMN: &str = "time";
+
+/// The type of a field column; fixed by the first write of that field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FieldType {
+    /// 64-bit float (`1.5`).
+    Float,
+    /// Signed 64-bit integer (`1i`).
+    Integer,
+    /// Unsigned 64-bit integer (`1u`).
+    UInteger,
+    /// UTF-8 string (`"x"`).
+    String,
+    /// Boolean (`true`).
+    Boolean,
+}
+
+impl FieldType {
+    /// The Arrow type that stores this field.
+    pub fn arrow_type(self) -> DataType {
+        match self {
+            FieldType::Float => DataType::Float64,
+            FieldType::Integer => DataType::Int64,
+            FieldType::UInteger => DataType::UInt64,
+            FieldType::String => DataType::Utf8,
+            FieldType::Boolean => DataType::Boolean,
+        }
+    }
+
+    /// The name used in error messages (`float`, `integer`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::Float => "float",
+            FieldType::Integer => "integer",
+            FieldType::UInteger => "unsigned integer",
+            FieldType::String => "string",
+            FieldType::Boolean => "boolean",
+        }
+    }
+}
+
+/// The role and type of one column of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    /// The `time` column: `Timestamp(Nanosecond, "UTC")`, never null.
+    Time,
+    /// A tag: part of the series key, `Dictionary(Int32, Utf8)`.
+    Tag,
+    /// A field of the given type.
+    Field(FieldType),
+}
+
+impl ColumnType {
+    /// The Arrow type that stores this column.
+    pub fn arrow_type(self) -> DataType {
+        match self {
+            ColumnType::Time => time_data_type(),
+            ColumnType::Tag => tag_data_type(),
+            ColumnType::Field(f) => f.arrow_type(),
+        }
+    }
+
+    /// The Arrow field for a column of this type named `name`.
+    pub fn arrow_field(self, name: &str) -> Field {
+        Field::new(name, self.arrow_type(), self != ColumnType::Time)
+    }
+
+    /// Recognises a column type from its Arrow type (the inverse of [`ColumnType::arrow_type`]).
+    pub fn from_arrow(name: &str, data_type: &DataType) -> Option<ColumnType> {
+        if name == TIME_COLUMN {
+            return (*data_type == time_data_type()).then_some(ColumnType::Time);
+        }
+        Some(match data_type {
+            DataType::Dictionary(k, v) if **k == DataType::Int32 && **v == DataType::Utf8 => {
+                ColumnType::Tag
+            }
+            DataType::Float64 => ColumnType::Field(FieldType::Float),
+            DataType::Int64 => ColumnType::Field(FieldType::Integer),
+            DataType::UInt64 => ColumnType::Field(FieldType::UInteger),
+            DataType::Utf8 => ColumnType::Field(FieldType::String),
+            DataType::Boolean => ColumnType::Field(FieldType::Boolean),
+            _ => return None,
+        })
+    }
+
+    /// A description for error messages (`tag`, `float field`, ...).
+    pub fn describe(self) -> String {
+        match self {
+            ColumnType::Time => "time column".into(),
+            ColumnType::Tag => "tag".into(),
+            ColumnType::Field(f) => format!("{} field", f.name()),
+        }
+    }
+}
+
+/// `Timestamp(Nanosecond, "UTC")`.
+pub fn time_data_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Nanosecond, Some(Arc::from("UTC")))
+}
+
+/// `Dictionary(Int32, Utf8)`.
+pub fn tag_data_type() -> DataType {
+    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+}

@@ -1,0 +1,11 @@
+//! `quiver-query` answers SQL: a DataFusion session whose catalog is the store (a database is
+//! a SQL schema, a line-protocol measurement a table) and whose tables read the write buffer.
+//!
+//! It knows nothing of HTTP, gRPC or the Postgres wire protocol: callers hand it a database
+//! name and a statement and get back an Arrow schema and a stream of record batches.
+
+mod catalog;
+mod engine;
+
+pub use catalog::{QuiverCatalog, CATALOG_NAME};
+pub use engine::{QueryEngine, QueryError, QueryOptions, QueryOutput};

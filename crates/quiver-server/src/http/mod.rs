@@ -1,0 +1,61 @@
+//! The HTTP API (axum): InfluxDB-compatible writes, SQL queries, health.
+
+mod body;
+mod error;
+mod query;
+mod write;
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderName, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use quiver_query::QueryEngine;
+use quiver_storage::Store;
+
+pub use error::ApiError;
+
+/// What every handler shares.
+pub struct AppState {
+    /// All databases.
+    pub store: Arc<Store>,
+    /// The SQL engine over `store`.
+    pub engine: Arc<QueryEngine>,
+    /// Largest request body, compressed or not.
+    pub max_request_bytes: usize,
+    /// Most line errors listed in one write response.
+    pub max_reported_line_errors: usize,
+}
+
+/// The server's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/ping", get(ping).head(ping))
+        .route("/api/v3/write_lp", post(write::write_v3))
+        .route("/api/v2/write", post(write::write_v2))
+        .route("/write", post(write::write_v1))
+        .route("/api/v3/query_sql", get(query::query_get).post(query::query_post))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn health() -> impl IntoResponse {
+    Json(serde_json::json!({ "status": "pass", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+/// InfluxDB clients probe `/ping` for liveness and the server version.
+async fn ping() -> impl IntoResponse {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (HeaderName::from_static("x-influxdb-version"), concat!("quiver-", env!("CARGO_PKG_VERSION"))),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+    )
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()))
+}

@@ -1,0 +1,163 @@
+//! The write endpoints: InfluxDB v3 `/api/v3/write_lp`, v2 `/api/v2/write` and v1 `/write`.
+//!
+//! All three decode line protocol into per-table Arrow batches and append them to the database
+//! (created by its first successful write). v3 defaults to `accept_partial=true`: good lines are
+//! written and bad ones reported with a 400. v1 and v2 write nothing if any line is bad.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use quiver_ingest::line_protocol::{
+    decode_line_protocol, DecodeOptions, DecodedWrite, NoExistingTables, Precision,
+};
+use serde_json::json;
+
+use super::body::read_body;
+use super::error::ApiError;
+use super::AppState;
+
+/// `POST /api/v3/write_lp?db=&precision=&accept_partial=&no_sync=`
+pub async fn write_v3(
+    State(app): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request = WriteRequest {
+        database: required(&params, "db")?,
+        precision: precision(&params, Precision::Auto)?,
+        accept_partial: boolean(&params, "accept_partial", true)?,
+    };
+    // `no_sync` is validated so a typo is reported; it matters once writes go through the WAL.
+    boolean(&params, "no_sync", false)?;
+    write(app, request, &headers, body).await
+}
+
+/// `POST /api/v2/write?bucket=&org=&precision=`
+pub async fn write_v2(
+    State(app): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request = WriteRequest {
+        database: required(&params, "bucket")?,
+        precision: precision(&params, Precision::Nanosecond)?,
+        accept_partial: false,
+    };
+    write(app, request, &headers, body).await
+}
+
+/// `POST /write?db=&precision=` (InfluxDB v1)
+pub async fn write_v1(
+    State(app): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request = WriteRequest {
+        database: required(&params, "db")?,
+        precision: precision(&params, Precision::Nanosecond)?,
+        accept_partial: false,
+    };
+    write(app, request, &headers, body).await
+}
+
+struct WriteRequest {
+    database: String,
+    precision: Precision,
+    accept_partial: bool,
+}
+
+fn required(params: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
+    match params.get(name).map(|s| s.trim()) {
+        Some(value) if !value.is_empty() => Ok(value.to_string()),
+        _ => Err(ApiError::bad_request(format!("missing query parameter {name:?}"))),
+    }
+}
+
+fn precision(params: &HashMap<String, String>, default: Precision) -> Result<Precision, ApiError> {
+    match params.get("precision") {
+        None => Ok(default),
+        Some(p) => p.parse().map_err(|e| ApiError::bad_request(format!("{e}"))),
+    }
+}
+
+fn boolean(params: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, ApiError> {
+    match params.get(name).map(|s| s.as_str()) {
+        None => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "query parameter {name}={other:?} must be true or false"
+        ))),
+    }
+}
+
+fn now_ns() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since_epoch.as_nanos()).expect("clock before 2262")
+}
+
+async fn write(
+    app: Arc<AppState>,
+    request: WriteRequest,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    quiver_storage::validate_database_name(&request.database)?;
+    let body = read_body(headers, body, app.max_request_bytes).await?;
+    let options = DecodeOptions {
+        precision: request.precision,
+        default_time_ns: now_ns(),
+        max_reported_errors: app.max_reported_line_errors,
+    };
+    let store = app.store.clone();
+    // Decoding and appending are CPU work: keep them off the async workers.
+    let task = tokio::task::spawn_blocking(move || -> Result<DecodedWrite, ApiError> {
+        let existing = store.database(&request.database);
+        let mut decoded = match &existing {
+            Some(db) => decode_line_protocol(&body, &options, db.as_ref()),
+            None => decode_line_protocol(&body, &options, &NoExistingTables),
+        };
+        let writable = decoded.error_count == 0 || request.accept_partial;
+        if writable && decoded.accepted_lines > 0 {
+            let db = match existing {
+                Some(db) => db,
+                None => store.database_or_create(&request.database)?,
+            };
+            db.write(std::mem::take(&mut decoded.tables))?;
+        }
+        Ok(decoded)
+    });
+    let decoded = task
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("write task failed: {e}")))??;
+    if decoded.error_count == 0 {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let data: Vec<_> = decoded
+        .errors
+        .iter()
+        .map(|e| {
+            json!({
+                "error_message": e.message,
+                "line_number": e.line_number,
+                "original_line": e.original_line,
+            })
+        })
+        .collect();
+    let message = if request.accept_partial {
+        "partial write of line protocol occurred"
+    } else {
+        "parsing failed for write_lp endpoint; no lines were written"
+    };
+    Err(ApiError::with_data(StatusCode::BAD_REQUEST, message, json!(data)))
+}

@@ -1,0 +1,163 @@
+//! Series ordering and "same series + same time: later write wins per field".
+//!
+//! Rows are ordered by their series key (every tag column, nulls meaning "tag absent") and then
+//! time. Rows that share series and time are merged into one: tags and time from the group,
+//! and for each field the value of the latest row (in write order) that set it. A field that
+//! none of them set stays null.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::compute::take;
+use arrow::row::{RowConverter, SortField};
+use quiver_ingest::schema::ColumnType;
+
+use crate::error::StorageError;
+
+/// Sorts `batch` by series then time and merges duplicate (series, time) rows.
+///
+/// Input rows must be in write order (earlier writes first): that order breaks ties.
+pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageError> {
+    let rows = batch.num_rows();
+    if rows == 0 {
+        return Ok(batch.clone());
+    }
+    let schema = batch.schema();
+    let mut key_columns: Vec<ArrayRef> = Vec::new();
+    let mut is_field = Vec::with_capacity(schema.fields().len());
+    for (i, field) in schema.fields().iter().enumerate() {
+        let column_type = ColumnType::from_arrow(field.name(), field.data_type());
+        if column_type == Some(ColumnType::Tag) {
+            key_columns.push(batch.column(i).clone());
+        }
+        is_field.push(matches!(column_type, Some(ColumnType::Field(_))));
+    }
+    // Time is the last key column: series first, then time.
+    let time_index = schema.index_of(quiver_ingest::schema::TIME_COLUMN)?;
+    key_columns.push(batch.column(time_index).clone());
+
+    let converter = RowConverter::new(
+        key_columns
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect(),
+    )?;
+    let keys = converter.convert_columns(&key_columns)?;
+    let mut order: Vec<u32> = (0..rows as u32).collect();
+    // Stable: rows with equal keys keep write order.
+    order.sort_by(|&a, &b| keys.row(a as usize).cmp(&keys.row(b as usize)));
+
+    let mut group_starts = Vec::with_capacity(rows);
+    for (position, &row) in order.iter().enumerate() {
+        if position == 0 || keys.row(order[position - 1] as usize) != keys.row(row as usize) {
+            group_starts.push(position);
+        }
+    }
+    let sorted = UInt32Array::from(order.clone());
+    if group_starts.len() == rows {
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|c| take(c.as_ref(), &sorted, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(RecordBatch::try_new(schema, columns)?);
+    }
+
+    let first_of_group: UInt32Array = group_starts.iter().map(|&s| order[s]).collect();
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (i, column) in batch.columns().iter().enumerate() {
+        let indices = if is_field[i] {
+            Arc::new(latest_non_null_per_group(column, &order, &group_starts))
+        } else {
+            Arc::new(first_of_group.clone())
+        };
+        columns.push(take(column.as_ref(), indices.as_ref(), None)?);
+    }
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// For each group of `order[start..next_start]`, the last row (in write order) whose value in
+/// `column` is not null, or the group's last row if all are null.
+fn latest_non_null_per_group(column: &ArrayRef, order: &[u32], group_starts: &[usize]) -> UInt32Array {
+    let mut picks = Vec::with_capacity(group_starts.len());
+    for (g, &start) in group_starts.iter().enumerate() {
+        let end = group_starts.get(g + 1).copied().unwrap_or(order.len());
+        let group = &order[start..end];
+        let pick = group
+            .iter()
+            .rev()
+            .find(|&&row| column.is_valid(row as usize))
+            .unwrap_or(&group[group.len() - 1]);
+        picks.push(*pick);
+    }
+    UInt32Array::from(picks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Float64Array, StringDictionaryBuilder, TimestampNanosecondArray};
+    use arrow::datatypes::{Float64Type, Int32Type, Schema};
+
+    fn batch(hosts: &[Option<&str>], times: &[i64], a: &[Option<f64>], b: &[Option<f64>]) -> RecordBatch {
+        let mut host = StringDictionaryBuilder::<Int32Type>::new();
+        for h in hosts {
+            match h {
+                Some(h) => host.append_value(h),
+                None => host.append_null(),
+            }
+        }
+        let schema = Arc::new(Schema::new(vec![
+            ColumnType::Field(quiver_ingest::schema::FieldType::Float).arrow_field("a"),
+            ColumnType::Field(quiver_ingest::schema::FieldType::Float).arrow_field("b"),
+            ColumnType::Tag.arrow_field("host"),
+            ColumnType::Time.arrow_field("time"),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Float64Array::from(a.to_vec())),
+                Arc::new(Float64Array::from(b.to_vec())),
+                Arc::new(host.finish()),
+                Arc::new(TimestampNanosecondArray::from(times.to_vec()).with_timezone("UTC")),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn later_write_wins_per_field() {
+        let input = batch(
+            &[Some("x"), Some("y"), Some("x"), Some("x")],
+            &[1, 1, 1, 2],
+            &[Some(1.0), Some(10.0), Some(2.0), None],
+            &[Some(5.0), None, None, Some(7.0)],
+        );
+        let out = sort_and_deduplicate(&input).unwrap();
+        assert_eq!(out.num_rows(), 3);
+        let a = out.column(0).as_primitive::<Float64Type>();
+        let b = out.column(1).as_primitive::<Float64Type>();
+        // x@1: a from the later write (2.0), b kept from the earlier one (5.0).
+        assert_eq!((a.value(0), b.value(0)), (2.0, 5.0));
+        // x@2: a never set stays null.
+        assert!(a.is_null(1));
+        assert_eq!(b.value(1), 7.0);
+        // y@1
+        assert_eq!(a.value(2), 10.0);
+        assert!(b.is_null(2));
+    }
+
+    #[test]
+    fn absent_tag_is_its_own_series() {
+        let input = batch(&[None, Some("x")], &[1, 1], &[Some(1.0), Some(2.0)], &[None, None]);
+        assert_eq!(sort_and_deduplicate(&input).unwrap().num_rows(), 2);
+    }
+
+    #[test]
+    fn no_duplicates_only_sorts() {
+        let input = batch(&[Some("b"), Some("a")], &[2, 1], &[Some(1.0), Some(2.0)], &[None, None]);
+        let out = sort_and_deduplicate(&input).unwrap();
+        let a = out.column(0).as_primitive::<Float64Type>();
+        assert_eq!(a.values(), &[2.0, 1.0]);
+    }
+}

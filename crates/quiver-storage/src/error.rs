@@ -1,0 +1,69 @@
+//! Errors of the storage layer, each a sentence a user can act on.
+
+/// What can go wrong when writing to or reading from storage.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A database name outside the allowed alphabet or length.
+    #[error("invalid database name {name:?}: {reason}")]
+    InvalidDatabaseName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A table name that cannot be stored.
+    #[error("invalid table name {name:?}: {reason}")]
+    InvalidTableName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A column whose type differs from the one the table already has.
+    #[error("column {column:?} of table {table:?} is a {existing}; the write has it as a {written}")]
+    SchemaConflict {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// The type the table has.
+        existing: String,
+        /// The type the write tried to use.
+        written: String,
+    },
+    /// An Arrow type outside Quiver's data model.
+    #[error("column {column:?} of table {table:?} has type {data_type}, which is not a Quiver column type")]
+    UnsupportedColumn {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// The offending Arrow type.
+        data_type: String,
+    },
+    /// The write would give a table more columns than allowed.
+    #[error("table {table:?} would exceed the limit of {limit} columns")]
+    TooManyColumns {
+        /// The table.
+        table: String,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The write would give a database more tables than allowed.
+    #[error("database {database:?} would exceed the limit of {limit} tables")]
+    TooManyTables {
+        /// The database.
+        database: String,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Too many databases.
+    #[error("the server would exceed the limit of {limit} databases")]
+    TooManyDatabases {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// An Arrow kernel failed (a bug, or memory exhaustion).
+    #[error("arrow error in storage: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}

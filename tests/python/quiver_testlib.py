@@ -1,0 +1,245 @@
+"""Shared helpers for Quiver's Python end-to-end tests.
+
+* HTTP helpers for the InfluxDB-3-compatible API: writing line protocol and
+  running SQL with ``format=arrow`` (Arrow IPC stream) or ``format=json``.
+* Normalisation of query results from either engine (Quiver via Arrow, DuckDB
+  via Arrow) into plain Python rows: timestamps become int nanoseconds since
+  the Unix epoch (UTC), dictionary-encoded strings become ``str``, DECIMAL
+  values (DuckDB's HUGEINT sums) become ``int``.
+* ``assert_rows_match``: row-by-row comparison with a float tolerance.
+"""
+
+from __future__ import annotations
+
+import decimal
+import gzip as gzip_lib
+import math
+import re
+from typing import Any, Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import requests
+
+ARROW_STREAM_MIME = "application/vnd.apache.arrow.stream"
+FLOAT_TOLERANCE = 1e-9
+HTTP_TIMEOUT_S = 120
+
+Row = tuple[Any, ...]
+
+
+# --------------------------------------------------------------------------
+# HTTP API
+# --------------------------------------------------------------------------
+
+def query(base_url: str, db: str, sql: str, fmt: str = "json") -> requests.Response:
+    """``GET /api/v3/query_sql`` and return the raw response (any status)."""
+    return requests.get(
+        f"{base_url}/api/v3/query_sql",
+        params={"db": db, "q": sql, "format": fmt},
+        timeout=HTTP_TIMEOUT_S,
+    )
+
+
+def query_arrow(base_url: str, db: str, sql: str) -> pa.Table:
+    """Run ``sql`` with ``format=arrow`` and decode the Arrow IPC stream."""
+    resp = query(base_url, db, sql, fmt="arrow")
+    assert resp.status_code == 200, (
+        f"query failed with HTTP {resp.status_code}: {resp.text[:2000]}\nSQL: {sql}"
+    )
+    content_type = resp.headers.get("Content-Type", "")
+    assert content_type.startswith(ARROW_STREAM_MIME), (
+        f"unexpected Content-Type {content_type!r} for format=arrow"
+    )
+    with pa.ipc.open_stream(resp.content) as reader:
+        return reader.read_all()
+
+
+def query_json(base_url: str, db: str, sql: str) -> list[dict[str, Any]]:
+    """Run ``sql`` with ``format=json`` and return the decoded array of objects."""
+    resp = query(base_url, db, sql, fmt="json")
+    assert resp.status_code == 200, (
+        f"query failed with HTTP {resp.status_code}: {resp.text[:2000]}\nSQL: {sql}"
+    )
+    rows = resp.json()
+    assert isinstance(rows, list), f"expected a JSON array, got {type(rows).__name__}"
+    return rows
+
+
+def write_lp(
+    base_url: str,
+    db: str,
+    body: str | bytes,
+    *,
+    precision: str = "ns",
+    accept_partial: bool | None = None,
+    compress: bool = False,
+    headers: dict[str, str] | None = None,
+) -> requests.Response:
+    """``POST /api/v3/write_lp`` and return the raw response (any status).
+
+    ``compress`` gzips the body and sets ``Content-Encoding: gzip``;
+    ``accept_partial=None`` leaves the parameter out (server default).
+    """
+    params: dict[str, str] = {"db": db, "precision": precision}
+    if accept_partial is not None:
+        params["accept_partial"] = "true" if accept_partial else "false"
+    data = body.encode() if isinstance(body, str) else body
+    all_headers = {"Content-Type": "text/plain; charset=utf-8"}
+    if compress:
+        data = gzip_lib.compress(data)
+        all_headers["Content-Encoding"] = "gzip"
+    all_headers.update(headers or {})
+    return requests.post(
+        f"{base_url}/api/v3/write_lp",
+        params=params,
+        data=data,
+        headers=all_headers,
+        timeout=HTTP_TIMEOUT_S,
+    )
+
+
+# --------------------------------------------------------------------------
+# Timestamps
+# --------------------------------------------------------------------------
+
+_RFC3339_UTC = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z$"
+)
+
+
+def parse_rfc3339_ns(text: str) -> int:
+    """Parse an RFC 3339 UTC timestamp (``Z`` suffix, up to 9 fractional
+    digits) into integer nanoseconds since the Unix epoch.
+
+    Python's ``datetime`` stops at microseconds, so the fraction is handled
+    separately to keep nanosecond precision.
+    """
+    match = _RFC3339_UTC.match(text)
+    if not match:
+        raise ValueError(f"not an RFC 3339 UTC timestamp with 'Z' suffix: {text!r}")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    days = _days_from_civil(year, month, day)
+    seconds = ((days * 24 + hour) * 60 + minute) * 60 + second
+    fraction = (match.group(7) or "").ljust(9, "0")
+    return seconds * 1_000_000_000 + int(fraction or "0")
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 for a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    year -= month <= 2
+    era = (year if year >= 0 else year - 399) // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+# --------------------------------------------------------------------------
+# Result normalisation and comparison
+# --------------------------------------------------------------------------
+
+def _normalize_column(column: pa.ChunkedArray) -> list[Any]:
+    """Convert one Arrow column into engine-independent Python values."""
+    dtype = column.type
+    if pa.types.is_dictionary(dtype):
+        column = pc.cast(column, dtype.value_type)
+        dtype = dtype.value_type
+    if pa.types.is_timestamp(dtype):
+        if dtype.unit != "ns":
+            column = pc.cast(column, pa.timestamp("ns", dtype.tz))
+        return pc.cast(column, pa.int64()).to_pylist()
+    values = column.to_pylist()
+    if pa.types.is_decimal(dtype):
+        return [_decimal_to_number(v) for v in values]
+    return values
+
+
+def _decimal_to_number(value: decimal.Decimal | None) -> int | float | None:
+    if value is None:
+        return None
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+def normalize_table(table: pa.Table) -> tuple[list[str], list[Row]]:
+    """Return ``(column names, rows)`` with values normalised for comparison."""
+    columns = [_normalize_column(col) for col in table.columns]
+    rows = list(zip(*columns)) if columns else []
+    return list(table.column_names), rows
+
+
+def values_equal(actual: Any, expected: Any, tol: float = FLOAT_TOLERANCE) -> bool:
+    """Compare two normalised values: floats with tolerance, everything else exactly."""
+    if actual is None or expected is None:
+        return actual is None and expected is None
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(actual, float) or isinstance(expected, float):
+        if not isinstance(actual, (int, float)) or not isinstance(expected, (int, float)):
+            return False
+        if math.isnan(actual) or math.isnan(expected):
+            return math.isnan(actual) and math.isnan(expected)
+        return math.isclose(actual, expected, rel_tol=tol, abs_tol=tol)
+    return type(actual) is type(expected) and actual == expected
+
+
+def assert_rows_match(
+    actual_names: Sequence[str],
+    actual_rows: Sequence[Row],
+    expected_names: Sequence[str],
+    expected_rows: Sequence[Row],
+    *,
+    context: str = "",
+    max_reported: int = 10,
+) -> None:
+    """Assert identical column names, row count and values (floats within tolerance)."""
+    __tracebackhide__ = True
+    prefix = f"{context}\n" if context else ""
+    assert [n.lower() for n in actual_names] == [n.lower() for n in expected_names], (
+        f"{prefix}column names differ: {list(actual_names)} != {list(expected_names)}"
+    )
+    assert len(actual_rows) == len(expected_rows), (
+        f"{prefix}row count differs: quiver={len(actual_rows)} "
+        f"expected={len(expected_rows)}\n"
+        f"first quiver rows:   {list(actual_rows[:3])}\n"
+        f"first expected rows: {list(expected_rows[:3])}"
+    )
+    mismatches = []
+    for index, (got, want) in enumerate(zip(actual_rows, expected_rows)):
+        bad_columns = [
+            name
+            for name, a, e in zip(expected_names, got, want)
+            if not values_equal(a, e)
+        ]
+        if bad_columns:
+            mismatches.append(
+                f"row {index}: columns {bad_columns}\n  quiver:   {got}\n  expected: {want}"
+            )
+    assert not mismatches, (
+        f"{prefix}{len(mismatches)} of {len(expected_rows)} rows differ "
+        f"(showing {min(len(mismatches), max_reported)}):\n"
+        + "\n".join(mismatches[:max_reported])
+    )
+
+
+def json_rows(records: Iterable[dict[str, Any]], columns: Sequence[str],
+              timestamp_columns: Iterable[str] = ()) -> list[Row]:
+    """Turn ``format=json`` records into rows in ``columns`` order.
+
+    Keys missing from an object are treated as NULL (a JSON writer may omit
+    null values); RFC 3339 strings in ``timestamp_columns`` become int ns.
+    Unknown keys are an error.
+    """
+    ts_cols = set(timestamp_columns)
+    rows = []
+    for record in records:
+        unknown = set(record) - set(columns)
+        assert not unknown, f"unexpected keys {sorted(unknown)} in JSON row {record}"
+        row = []
+        for name in columns:
+            value = record.get(name)
+            if name in ts_cols and value is not None:
+                value = parse_rfc3339_ns(value)
+            row.append(value)
+        rows.append(tuple(row))
+    return rows
