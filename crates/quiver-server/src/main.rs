@@ -1,1 +1,87 @@
-fn main() {}
+//! The `quiver` binary: `serve` runs the server; `query`, `write` and `config` are thin clients
+//! and helpers around it (see the command-line contract in DESIGN.md).
+
+mod client;
+mod config;
+mod format;
+mod http;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, FlagOverrides};
+
+/// Quiver: an Arrow-native time-series and analytics server.
+#[derive(Debug, Parser)]
+#[command(name = "quiver", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server (HTTP API) on the effective configuration.
+    Serve(ServerArgs),
+    /// Run one SQL query against a server and print the result.
+    Query(client::QueryArgs),
+    /// Send line protocol from a file (or `-` for stdin) to a server.
+    Write(client::WriteArgs),
+    /// Print the effective configuration as TOML.
+    Config(ServerArgs),
+}
+
+/// The settings `serve` and `config` accept on the command line.
+#[derive(Debug, Args)]
+struct ServerArgs {
+    /// Configuration file (default: `$QUIVER_CONFIG`, else `./quiver.toml` if it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// HTTP listen address, HOST:PORT.
+    #[arg(long)]
+    http_addr: Option<String>,
+    /// Arrow Flight SQL listen address, HOST:PORT.
+    #[arg(long)]
+    flight_addr: Option<String>,
+    /// PostgreSQL wire listen address, HOST:PORT.
+    #[arg(long)]
+    pg_addr: Option<String>,
+}
+
+impl ServerArgs {
+    fn load(self) -> Result<Config, config::ConfigError> {
+        let flags = FlagOverrides {
+            data_dir: self.data_dir,
+            http_addr: self.http_addr,
+            flight_addr: self.flight_addr,
+            pg_addr: self.pg_addr,
+        };
+        Config::load(self.config.as_deref(), std::env::vars(), &flags)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => args
+            .load()
+            .map_err(|e| e.to_string())
+            .and_then(|config| serve::run(config).map_err(|e| e.to_string())),
+        Command::Config(args) => args.load().map(|c| print!("{}", c.to_toml())).map_err(|e| e.to_string()),
+        Command::Query(args) => client::query(args),
+        Command::Write(args) => client::write(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -35,11 +35,6 @@ impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
-
-    /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
 }
 
 impl IntoResponse for ApiError {

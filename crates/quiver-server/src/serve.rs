@@ -1,0 +1,137 @@
+//! `quiver serve`: logging, the store and query engine, the HTTP listener, graceful shutdown.
+
+use std::sync::Arc;
+
+use quiver_query::{QueryEngine, QueryOptions};
+use quiver_storage::{Store, StoreLimits};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The log filter in the configuration is not valid `tracing` syntax.
+    #[error("log_filter {filter:?} is invalid: {source}")]
+    LogFilter {
+        /// The configured filter.
+        filter: String,
+        /// The parser's complaint.
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// A file-system or socket operation failed; `context` says which.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The query engine could not be built.
+    #[error("cannot start the query engine: {0}")]
+    Query(#[from] quiver_query::QueryError),
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
+    let context = context.into();
+    move |source| ServeError::Io { context, source }
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, then drains in-flight requests and returns.
+pub fn run(config: Config) -> Result<(), ServeError> {
+    init_logging(&config)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("quiver")
+        .build()
+        .map_err(io_error("cannot start the async runtime"))?
+        .block_on(serve(config))
+}
+
+fn init_logging(config: &Config) -> Result<(), ServeError> {
+    let filter = EnvFilter::try_new(&config.log_filter).map_err(|source| ServeError::LogFilter {
+        filter: config.log_filter.clone(),
+        source,
+    })?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if config.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    Ok(())
+}
+
+async fn serve(config: Config) -> Result<(), ServeError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
+        "cannot create data directory {}",
+        config.data_dir.display()
+    )))?;
+    let store = Arc::new(Store::new(StoreLimits {
+        max_databases: config.max_databases,
+        max_tables_per_database: config.max_tables_per_database,
+        max_columns_per_table: config.max_columns_per_table,
+    }));
+    let mut query_options = QueryOptions {
+        memory_limit_bytes: config.query_memory_bytes,
+        ..QueryOptions::default()
+    };
+    if config.query_partitions > 0 {
+        query_options.target_partitions = config.query_partitions;
+    }
+    let engine = Arc::new(QueryEngine::new(store.clone(), query_options)?);
+    let state = Arc::new(AppState {
+        store,
+        engine,
+        max_request_bytes: config.max_request_bytes,
+        max_reported_line_errors: config.max_reported_line_errors,
+    });
+    let listener = tokio::net::TcpListener::bind(&config.http_addr)
+        .await
+        .map_err(io_error(format!("cannot listen for HTTP on {}", config.http_addr)))?;
+    tracing::info!(
+        http_addr = %config.http_addr,
+        data_dir = %config.data_dir.display(),
+        version = env!("CARGO_PKG_VERSION"),
+        "quiver is serving"
+    );
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(io_error("HTTP server failed"))?;
+    tracing::info!("quiver stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot listen for Ctrl-C: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown requested: finishing in-flight requests");
+}
