@@ -118,10 +118,14 @@ impl TableProvider for BufferTable {
         let partitions = partition(
             &snapshot,
             &self.schema,
-            usize::from(options.execution.target_partitions),
+            options.execution.target_partitions,
             usize::from(options.execution.batch_size),
         )?;
-        let exec = MemorySourceConfig::try_new_exec(&partitions, self.schema.clone(), projection.cloned())?;
+        let exec = MemorySourceConfig::try_new_exec(
+            &partitions,
+            self.schema.clone(),
+            projection.cloned(),
+        )?;
         Ok(exec)
     }
 }

@@ -5,11 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use datafusion::common::TableReference;
 use datafusion::error::DataFusionError;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion::common::TableReference;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use parking_lot::Mutex;
 use quiver_storage::Store;
 
@@ -113,7 +115,10 @@ impl QueryEngine {
                     .with_default_catalog_and_schema(CATALOG_NAME, database)
                     .with_target_partitions(self.options.target_partitions);
                 let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
-                ctx.register_catalog(CATALOG_NAME, Arc::new(QuiverCatalog::new(self.store.clone())));
+                ctx.register_catalog(
+                    CATALOG_NAME,
+                    Arc::new(QuiverCatalog::new(self.store.clone())),
+                );
                 ctx
             })
             .clone()
@@ -133,6 +138,11 @@ impl QueryEngine {
         let state = ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state.sql_to_statement(sql, &dialect)?;
+        if !is_read_only(&statement) {
+            return Err(QueryError::Invalid(DataFusionError::Plan(format!(
+                "only queries (SELECT, WITH, SHOW, EXPLAIN, DESCRIBE) are accepted here, not: {statement}"
+            ))));
+        }
         for reference in state.resolve_table_references(&statement)? {
             self.check_table_exists(database, &reference)?;
         }
@@ -148,7 +158,11 @@ impl QueryEngine {
         Ok(QueryOutput { schema, stream })
     }
 
-    fn check_table_exists(&self, database: &str, reference: &TableReference) -> Result<(), QueryError> {
+    fn check_table_exists(
+        &self,
+        database: &str,
+        reference: &TableReference,
+    ) -> Result<(), QueryError> {
         let resolved = reference.clone().resolve(CATALOG_NAME, database);
         if resolved.catalog.as_ref() != CATALOG_NAME
             || resolved.schema.as_ref() == "information_schema"
@@ -165,5 +179,25 @@ impl QueryEngine {
             });
         }
         Ok(())
+    }
+}
+
+/// True for statements that only read: queries, `SHOW`, `EXPLAIN` of a query, `DESCRIBE`.
+fn is_read_only(statement: &DFStatement) -> bool {
+    match statement {
+        DFStatement::Statement(statement) => match statement.as_ref() {
+            SqlStatement::Query(_)
+            | SqlStatement::ShowTables { .. }
+            | SqlStatement::ShowColumns { .. }
+            | SqlStatement::ExplainTable { .. } => true,
+            SqlStatement::Explain { statement, .. } => {
+                is_read_only(&DFStatement::Statement(statement.clone()))
+            }
+            _ => false,
+        },
+        DFStatement::Explain(explain) => is_read_only(&explain.statement),
+        DFStatement::CreateExternalTable(_) | DFStatement::CopyTo(_) | DFStatement::Reset(_) => {
+            false
+        }
     }
 }

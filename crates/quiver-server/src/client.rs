@@ -63,7 +63,10 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
     let url = format!("{}/api/v3/write_lp", args.host.trim_end_matches('/'));
     let request = reqwest::Client::new()
         .post(url)
-        .query(&[("db", args.db.as_str()), ("precision", args.precision.as_str())])
+        .query(&[
+            ("db", args.db.as_str()),
+            ("precision", args.precision.as_str()),
+        ])
         .body(data);
     send(request)?;
     Ok(())
@@ -108,7 +111,10 @@ fn send(request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
 /// Renders an error response: the `error` message and, for partial writes, each rejected line.
 fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return format!("server answered {status}: {}", String::from_utf8_lossy(body));
+        return format!(
+            "server answered {status}: {}",
+            String::from_utf8_lossy(body)
+        );
     };
     let mut message = format!(
         "server answered {status}: {}",

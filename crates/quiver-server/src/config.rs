@@ -105,7 +105,10 @@ impl Config {
                 ConfigError(format!("cannot read config file {}: {e}", path.display()))
             })?;
             let table: Table = toml::from_str(&text).map_err(|e| {
-                ConfigError(format!("config file {} is not valid TOML: {e}", path.display()))
+                ConfigError(format!(
+                    "config file {} is not valid TOML: {e}",
+                    path.display()
+                ))
             })?;
             for (key, value) in table {
                 if !defaults.contains_key(&key) {
@@ -118,7 +121,9 @@ impl Config {
             }
         }
         for (name, raw) in &env {
-            let Some(key) = name.strip_prefix("QUIVER_") else { continue };
+            let Some(key) = name.strip_prefix("QUIVER_") else {
+                continue;
+            };
             let key = key.to_ascii_lowercase();
             if key == "config" {
                 continue;
@@ -127,10 +132,16 @@ impl Config {
                 // Not a setting (e.g. a variable for tests); ignore rather than fail.
                 continue;
             };
-            merged.insert(key.clone(), typed_like(default, raw, &format!("environment variable {name}"))?);
+            merged.insert(
+                key.clone(),
+                typed_like(default, raw, &format!("environment variable {name}"))?,
+            );
         }
         let flag_values = [
-            ("data_dir", flags.data_dir.as_ref().map(|p| p.display().to_string())),
+            (
+                "data_dir",
+                flags.data_dir.as_ref().map(|p| p.display().to_string()),
+            ),
             ("http_addr", flags.http_addr.clone()),
             ("flight_addr", flags.flight_addr.clone()),
             ("pg_addr", flags.pg_addr.clone()),
@@ -166,7 +177,9 @@ impl Config {
             )));
         }
         if self.max_request_bytes == 0 {
-            return Err(ConfigError("max_request_bytes must be greater than 0".into()));
+            return Err(ConfigError(
+                "max_request_bytes must be greater than 0".into(),
+            ));
         }
         Ok(())
     }
@@ -193,17 +206,28 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn precedence_is_file_then_env_then_flags() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.toml");
-        std::fs::write(&path, "http_addr = \"127.0.0.1:1000\"\nmax_request_bytes = 5\ndata_dir = \"/a\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "http_addr = \"127.0.0.1:1000\"\nmax_request_bytes = 5\ndata_dir = \"/a\"\n",
+        )
+        .unwrap();
         let config = Config::load(
             Some(&path),
-            env(&[("QUIVER_MAX_REQUEST_BYTES", "7"), ("QUIVER_DATA_DIR", "/b"), ("OTHER", "x")]),
+            env(&[
+                ("QUIVER_MAX_REQUEST_BYTES", "7"),
+                ("QUIVER_DATA_DIR", "/b"),
+                ("OTHER", "x"),
+            ]),
             &FlagOverrides {
                 data_dir: Some("/c".into()),
                 ..Default::default()
@@ -222,10 +246,20 @@ mod tests {
         let path = dir.path().join("q.toml");
         std::fs::write(&path, "htp_addr = \"x\"\n").unwrap();
         let err = Config::load(Some(&path), env(&[]), &FlagOverrides::default()).unwrap_err();
-        assert!(err.to_string().contains("unknown key \"htp_addr\""), "{err}");
-        let err = Config::load(None, env(&[("QUIVER_MAX_REQUEST_BYTES", "lots")]), &FlagOverrides::default())
-            .unwrap_err();
-        assert!(err.to_string().contains("QUIVER_MAX_REQUEST_BYTES"), "{err}");
+        assert!(
+            err.to_string().contains("unknown key \"htp_addr\""),
+            "{err}"
+        );
+        let err = Config::load(
+            None,
+            env(&[("QUIVER_MAX_REQUEST_BYTES", "lots")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("QUIVER_MAX_REQUEST_BYTES"),
+            "{err}"
+        );
         let err = Config::load(
             None,
             env(&[]),

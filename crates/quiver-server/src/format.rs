@@ -86,7 +86,11 @@ impl Format {
 
     /// Encodes a whole result in one of the collected formats (everything but `arrow`, which
     /// [`ArrowStreamEncoder`] streams; this also handles it, for completeness).
-    pub fn encode(self, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
+    pub fn encode(
+        self,
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+    ) -> Result<Vec<u8>, ArrowError> {
         match self {
             Format::Json => encode_json(batches, true),
             Format::JsonLines => encode_json(batches, false),
@@ -135,7 +139,11 @@ fn without_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> 
         match field.data_type() {
             DataType::Dictionary(_, value) => {
                 columns.push(arrow::compute::cast(column, value)?);
-                fields.push(Field::new(field.name(), value.as_ref().clone(), field.is_nullable()));
+                fields.push(Field::new(
+                    field.name(),
+                    value.as_ref().clone(),
+                    field.is_nullable(),
+                ));
             }
             _ => {
                 columns.push(column.clone());
@@ -174,7 +182,9 @@ fn encode_csv(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, Ar
         .with_header(true)
         .build(Vec::new());
     if batches.is_empty() {
-        writer.write(&without_dictionaries(&RecordBatch::new_empty(schema.clone()))?)?;
+        writer.write(&without_dictionaries(&RecordBatch::new_empty(
+            schema.clone(),
+        ))?)?;
     }
     for batch in batches {
         writer.write(&without_dictionaries(batch)?)?;
@@ -238,15 +248,25 @@ mod tests {
         host.append_value("a");
         host.append_null();
         let schema = Arc::new(Schema::new(vec![
-            Field::new("host", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), true),
-            Field::new("time", DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())), false),
+            Field::new(
+                "host",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
+            Field::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+                false,
+            ),
             Field::new("v", DataType::Float64, true),
         ]));
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![
                 Arc::new(host.finish()),
-                Arc::new(TimestampNanosecondArray::from(vec![0, 1_500_000_000]).with_timezone("UTC")),
+                Arc::new(
+                    TimestampNanosecondArray::from(vec![0, 1_500_000_000]).with_timezone("UTC"),
+                ),
                 Arc::new(Float64Array::from(vec![Some(1.5), None])),
             ],
         )
@@ -271,7 +291,9 @@ mod tests {
     #[test]
     fn arrow_stream_round_trips() {
         let (schema, batch) = sample();
-        let bytes = Format::Arrow.encode(&schema, &[batch.clone(), batch.clone()]).unwrap();
+        let bytes = Format::Arrow
+            .encode(&schema, &[batch.clone(), batch.clone()])
+            .unwrap();
         let reader = arrow::ipc::reader::StreamReader::try_new(&bytes[..], None).unwrap();
         let read: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
         assert_eq!(read.len(), 2);
@@ -281,20 +303,29 @@ mod tests {
     #[test]
     fn text_formats() {
         let (schema, batch) = sample();
-        let csv = String::from_utf8(Format::Csv.encode(&schema, &[batch.clone()]).unwrap()).unwrap();
+        let csv =
+            String::from_utf8(Format::Csv.encode(&schema, std::slice::from_ref(&batch)).unwrap()).unwrap();
         assert!(csv.starts_with("host,time,v\n"), "{csv}");
-        let pretty = String::from_utf8(Format::Pretty.encode(&schema, &[batch.clone()]).unwrap()).unwrap();
+        let pretty =
+            String::from_utf8(Format::Pretty.encode(&schema, std::slice::from_ref(&batch)).unwrap()).unwrap();
         assert!(pretty.contains("| host |"), "{pretty}");
         let empty = String::from_utf8(Format::Pretty.encode(&schema, &[]).unwrap()).unwrap();
         assert!(empty.contains("(0 rows)"));
-        let jsonl = String::from_utf8(Format::JsonLines.encode(&schema, &[batch]).unwrap()).unwrap();
+        let jsonl =
+            String::from_utf8(Format::JsonLines.encode(&schema, &[batch]).unwrap()).unwrap();
         assert_eq!(jsonl.lines().count(), 2);
     }
 
     #[test]
     fn accept_header_negotiation() {
-        assert_eq!(Format::from_accept("application/vnd.apache.arrow.stream"), Some(Format::Arrow));
-        assert_eq!(Format::from_accept("text/html, text/csv;q=0.9"), Some(Format::Csv));
+        assert_eq!(
+            Format::from_accept("application/vnd.apache.arrow.stream"),
+            Some(Format::Arrow)
+        );
+        assert_eq!(
+            Format::from_accept("text/html, text/csv;q=0.9"),
+            Some(Format::Csv)
+        );
         assert_eq!(Format::from_accept("*/*"), None);
         assert!("xml".parse::<Format>().is_err());
     }

@@ -73,7 +73,10 @@ fn main() -> ExitCode {
             .load()
             .map_err(|e| e.to_string())
             .and_then(|config| serve::run(config).map_err(|e| e.to_string())),
-        Command::Config(args) => args.load().map(|c| print!("{}", c.to_toml())).map_err(|e| e.to_string()),
+        Command::Config(args) => args
+            .load()
+            .map(|c| print!("{}", c.to_toml()))
+            .map_err(|e| e.to_string()),
         Command::Query(args) => client::query(args),
         Command::Write(args) => client::write(args),
     };

@@ -50,10 +50,11 @@ pub fn run(config: Config) -> Result<(), ServeError> {
 }
 
 fn init_logging(config: &Config) -> Result<(), ServeError> {
-    let filter = EnvFilter::try_new(&config.log_filter).map_err(|source| ServeError::LogFilter {
-        filter: config.log_filter.clone(),
-        source,
-    })?;
+    let filter =
+        EnvFilter::try_new(&config.log_filter).map_err(|source| ServeError::LogFilter {
+            filter: config.log_filter.clone(),
+            source,
+        })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -92,7 +93,10 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     });
     let listener = tokio::net::TcpListener::bind(&config.http_addr)
         .await
-        .map_err(io_error(format!("cannot listen for HTTP on {}", config.http_addr)))?;
+        .map_err(io_error(format!(
+            "cannot listen for HTTP on {}",
+            config.http_addr
+        )))?;
     tracing::info!(
         http_addr = %config.http_addr,
         data_dir = %config.data_dir.display(),

@@ -78,7 +78,11 @@ pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageE
 
 /// For each group of `order[start..next_start]`, the last row (in write order) whose value in
 /// `column` is not null, or the group's last row if all are null.
-fn latest_non_null_per_group(column: &ArrayRef, order: &[u32], group_starts: &[usize]) -> UInt32Array {
+fn latest_non_null_per_group(
+    column: &ArrayRef,
+    order: &[u32],
+    group_starts: &[usize],
+) -> UInt32Array {
     let mut picks = Vec::with_capacity(group_starts.len());
     for (g, &start) in group_starts.iter().enumerate() {
         let end = group_starts.get(g + 1).copied().unwrap_or(order.len());
@@ -96,10 +100,17 @@ fn latest_non_null_per_group(column: &ArrayRef, order: &[u32], group_starts: &[u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Array, AsArray, Float64Array, StringDictionaryBuilder, TimestampNanosecondArray};
+    use arrow::array::{
+        Array, AsArray, Float64Array, StringDictionaryBuilder, TimestampNanosecondArray,
+    };
     use arrow::datatypes::{Float64Type, Int32Type, Schema};
 
-    fn batch(hosts: &[Option<&str>], times: &[i64], a: &[Option<f64>], b: &[Option<f64>]) -> RecordBatch {
+    fn batch(
+        hosts: &[Option<&str>],
+        times: &[i64],
+        a: &[Option<f64>],
+        b: &[Option<f64>],
+    ) -> RecordBatch {
         let mut host = StringDictionaryBuilder::<Int32Type>::new();
         for h in hosts {
             match h {
@@ -149,13 +160,23 @@ mod tests {
 
     #[test]
     fn absent_tag_is_its_own_series() {
-        let input = batch(&[None, Some("x")], &[1, 1], &[Some(1.0), Some(2.0)], &[None, None]);
+        let input = batch(
+            &[None, Some("x")],
+            &[1, 1],
+            &[Some(1.0), Some(2.0)],
+            &[None, None],
+        );
         assert_eq!(sort_and_deduplicate(&input).unwrap().num_rows(), 2);
     }
 
     #[test]
     fn no_duplicates_only_sorts() {
-        let input = batch(&[Some("b"), Some("a")], &[2, 1], &[Some(1.0), Some(2.0)], &[None, None]);
+        let input = batch(
+            &[Some("b"), Some("a")],
+            &[2, 1],
+            &[Some(1.0), Some(2.0)],
+            &[None, None],
+        );
         let out = sort_and_deduplicate(&input).unwrap();
         let a = out.column(0).as_primitive::<Float64Type>();
         assert_eq!(a.values(), &[2.0, 1.0]);

@@ -20,7 +20,9 @@ pub enum StorageError {
         reason: &'static str,
     },
     /// A column whose type differs from the one the table already has.
-    #[error("column {column:?} of table {table:?} is a {existing}; the write has it as a {written}")]
+    #[error(
+        "column {column:?} of table {table:?} is a {existing}; the write has it as a {written}"
+    )]
     SchemaConflict {
         /// The table.
         table: String,

@@ -183,7 +183,10 @@ impl Database {
             for decoded in tables {
                 let table = match existing.get(&decoded.name) {
                     Some(table) => table.clone(),
-                    None => match created.iter().find(|t: &&Arc<Table>| t.name() == decoded.name) {
+                    None => match created
+                        .iter()
+                        .find(|t: &&Arc<Table>| t.name() == decoded.name)
+                    {
                         Some(table) => table.clone(),
                         None => {
                             validate_table_name(&decoded.name)?;
@@ -272,7 +275,12 @@ mod tests {
         assert_eq!(receipt.versions, vec![("cpu".to_string(), 2)]);
         let snapshot = db.table("cpu").unwrap().snapshot().unwrap();
         assert_eq!(snapshot.num_rows(), 2);
-        let names: Vec<_> = snapshot.schema.fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<_> = snapshot
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         assert_eq!(names, ["dc", "host", "idle", "time", "usage"]);
         let idle = snapshot.batches[0].column_by_name("idle").unwrap();
         assert_eq!(idle.null_count(), 1);
@@ -330,9 +338,15 @@ mod tests {
             max_reported_errors: 10,
         };
         let more = decode_line_protocol(b"t2 v=1 1", &opts, db.as_ref());
-        assert!(matches!(db.write(more.tables), Err(StorageError::TooManyTables { .. })));
+        assert!(matches!(
+            db.write(more.tables),
+            Err(StorageError::TooManyTables { .. })
+        ));
         let wide = decode_line_protocol(b"t1 v=1,w=2,x=3 1", &opts, db.as_ref());
-        assert!(matches!(db.write(wide.tables), Err(StorageError::TooManyColumns { .. })));
+        assert!(matches!(
+            db.write(wide.tables),
+            Err(StorageError::TooManyColumns { .. })
+        ));
     }
 
     #[test]

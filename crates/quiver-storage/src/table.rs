@@ -181,11 +181,13 @@ impl Table {
     ) -> Result<Vec<(String, ColumnType)>, StorageError> {
         let mut added = Vec::new();
         for field in batch.schema().fields() {
-            let column_type = ColumnType::from_arrow(field.name(), field.data_type())
-                .ok_or_else(|| StorageError::UnsupportedColumn {
-                    table: self.name.clone(),
-                    column: field.name().clone(),
-                    data_type: field.data_type().to_string(),
+            let column_type =
+                ColumnType::from_arrow(field.name(), field.data_type()).ok_or_else(|| {
+                    StorageError::UnsupportedColumn {
+                        table: self.name.clone(),
+                        column: field.name().clone(),
+                        data_type: field.data_type().to_string(),
+                    }
                 })?;
             match state.columns.get(field.name()) {
                 Some(existing) if *existing == column_type => {}
@@ -210,7 +212,11 @@ impl Table {
     }
 }
 
-fn apply_append(state: &mut TableState, batch: RecordBatch, added: Vec<(String, ColumnType)>) -> u64 {
+fn apply_append(
+    state: &mut TableState,
+    batch: RecordBatch,
+    added: Vec<(String, ColumnType)>,
+) -> u64 {
     if !added.is_empty() {
         state.columns.extend(added);
         state.schema = Arc::new(Schema::new(

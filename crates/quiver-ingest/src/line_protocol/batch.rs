@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
-    StringDictionaryBuilder, TimestampNanosecondBuilder, UInt64Builder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, StringDictionaryBuilder,
+    TimestampNanosecondBuilder, UInt64Builder,
 };
 use arrow::datatypes::{Int32Type, Schema};
 use arrow::record_batch::RecordBatch;
@@ -106,7 +106,10 @@ pub fn decode_line_protocol(
             let time = match line.timestamp {
                 None => default_time,
                 Some(ts) => options.precision.to_nanos(ts).ok_or_else(|| {
-                    format!("timestamp {ts} is out of range for precision {:?}", options.precision)
+                    format!(
+                        "timestamp {ts} is out of range for precision {:?}",
+                        options.precision
+                    )
                 })?,
             };
             let index = match table_index.get(line.measurement.as_ref()) {
@@ -131,9 +134,7 @@ pub fn decode_line_protocol(
                     out.errors.push(LineError {
                         line_number: parser.current_entry_line_number(),
                         message,
-                        original_line: parser
-                            .entry_text(parser.current_entry_start())
-                            .into_owned(),
+                        original_line: parser.entry_text(parser.current_entry_start()).into_owned(),
                     });
                 }
             }
@@ -300,7 +301,11 @@ impl TableBuilder {
         if key == TIME_COLUMN {
             return Err(format!(
                 "{} key \"time\" is reserved for the timestamp column",
-                if wanted == ColumnType::Tag { "tag" } else { "field" }
+                if wanted == ColumnType::Tag {
+                    "tag"
+                } else {
+                    "field"
+                }
             ));
         }
         match self.slots.get(key) {
@@ -326,7 +331,9 @@ impl TableBuilder {
         scratch.effective_fields.clear();
         scratch.field_columns.clear();
         for (key, _) in &line.tags {
-            scratch.tag_columns.push(self.resolve(key, ColumnType::Tag)?);
+            scratch
+                .tag_columns
+                .push(self.resolve(key, ColumnType::Tag)?);
         }
         for (i, (key, value)) in line.fields.iter().enumerate() {
             if line.fields[i + 1..].iter().any(|(k, _)| k == key) {
@@ -348,9 +355,8 @@ impl TableBuilder {
         }
         for (&i, column) in scratch.effective_fields.iter().zip(&scratch.field_columns) {
             let (key, value) = &line.fields[i];
-            let index = column.unwrap_or_else(|| {
-                self.add_column(key, ColumnType::Field(field_type(value)))
-            });
+            let index = column
+                .unwrap_or_else(|| self.add_column(key, ColumnType::Field(field_type(value))));
             self.columns[index].append_field(row, value);
         }
         self.times.append_value(time);
@@ -374,11 +380,8 @@ impl TableBuilder {
     fn finish(mut self) -> DecodedTable {
         let rows = self.rows;
         let times: ArrayRef = Arc::new(self.times.finish().with_timezone("UTC"));
-        let mut columns: Vec<(String, ArrayRef)> = self
-            .columns
-            .into_iter()
-            .map(|c| c.finish(rows))
-            .collect();
+        let mut columns: Vec<(String, ArrayRef)> =
+            self.columns.into_iter().map(|c| c.finish(rows)).collect();
         columns.push((TIME_COLUMN.to_string(), times));
         columns.sort_by(|a, b| a.0.cmp(&b.0));
         let fields: Vec<_> = columns
@@ -428,13 +431,21 @@ mod tests {
         assert_eq!(out.accepted_lines, 3);
         assert_eq!(out.tables.len(), 2);
         let cpu = &out.tables[0].batch;
-        let names: Vec<_> = cpu.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<_> = cpu
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         assert_eq!(names, ["dc", "host", "idle", "time", "usage"]);
         let dc = cpu.column_by_name("dc").unwrap();
         assert!(dc.is_null(0) && !dc.is_null(1));
         let idle = cpu.column_by_name("idle").unwrap();
         assert!(idle.is_null(0), "a missing field is null, never 0");
-        let usage = cpu.column_by_name("usage").unwrap().as_primitive::<Float64Type>();
+        let usage = cpu
+            .column_by_name("usage")
+            .unwrap()
+            .as_primitive::<Float64Type>();
         assert_eq!(usage.values(), &[1.0, 2.0]);
     }
 
@@ -457,10 +468,16 @@ mod tests {
         assert_eq!(out.accepted_lines, 2);
         assert_eq!(out.error_count, 2);
         assert_eq!(out.errors[0].line_number, 2);
-        assert!(out.errors[0].message.contains("float field"), "{}", out.errors[0].message);
+        assert!(
+            out.errors[0].message.contains("float field"),
+            "{}",
+            out.errors[0].message
+        );
         assert!(out.errors[0].message.contains("integer field"));
         assert_eq!(out.errors[0].original_line, "cpu v=2i 2");
-        assert!(out.errors[1].message.contains("is a float field; this line writes it as a tag"));
+        assert!(out.errors[1]
+            .message
+            .contains("is a float field; this line writes it as a tag"));
         let batch = &out.tables[0].batch;
         assert_eq!(batch.num_rows(), 2);
         assert!(batch.column_by_name("v").unwrap().data_type().is_floating());
@@ -484,7 +501,11 @@ mod tests {
         );
         assert_eq!(out.error_count, 3);
         let v = out.tables[0].batch.column_by_name("v").unwrap();
-        assert_eq!(v.as_primitive::<Float64Type>().value(0), 2.0, "last value wins");
+        assert_eq!(
+            v.as_primitive::<Float64Type>().value(0),
+            2.0,
+            "last value wins"
+        );
     }
 
     #[test]

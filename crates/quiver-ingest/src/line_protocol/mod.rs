@@ -7,8 +7,8 @@ mod parser;
 mod precision;
 
 pub use batch::{
-    decode_line_protocol, DecodeOptions, DecodedTable, DecodedWrite, LineError,
-    NoExistingTables, SchemaLookup,
+    decode_line_protocol, DecodeOptions, DecodedTable, DecodedWrite, LineError, NoExistingTables,
+    SchemaLookup,
 };
 pub use parser::{EntrySpan, FieldValue, LineParser, ParsedLine, SyntaxError};
 pub use precision::{InvalidPrecision, Precision};

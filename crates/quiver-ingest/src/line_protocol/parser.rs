@@ -212,10 +212,7 @@ impl<'a> LineParser<'a> {
     /// The original text of an entry, for error reports (lossy if it is not UTF-8).
     pub fn entry_text(&self, start: usize) -> Cow<'a, str> {
         let rest = &self.input[start..];
-        let end = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .unwrap_or(rest.len());
+        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
         let text = &rest[..end];
         let text = text.strip_suffix(b"\r").unwrap_or(text);
         String::from_utf8_lossy(text)
@@ -406,10 +403,7 @@ impl<'a> LineParser<'a> {
             },
             Cow::Owned(b) => match String::from_utf8(b) {
                 Ok(s) => Ok(Cow::Owned(s)),
-                Err(e) => self.error(
-                    start,
-                    format!("invalid UTF-8 in {:?}", lossy(e.as_bytes())),
-                ),
+                Err(e) => self.error(start, format!("invalid UTF-8 in {:?}", lossy(e.as_bytes()))),
             },
         }
     }
@@ -464,7 +458,10 @@ impl<'a> LineParser<'a> {
             match self.peek() {
                 Some(b'=') if !key.is_empty() => self.pos += 1,
                 None if key.is_empty() => {
-                    return self.error(key_start, "expected a tag or field, found end of input".into())
+                    return self.error(
+                        key_start,
+                        "expected a tag or field, found end of input".into(),
+                    )
                 }
                 None => {
                     return self.error(
@@ -623,9 +620,7 @@ impl<'a> LineParser<'a> {
             },
             'u' => match parse_decimal_u64(digits) {
                 Some(v) => Ok(FieldValue::UInteger(v)),
-                None if is_decimal_integer(digits, false) => {
-                    bad("unsigned integer (out of range)")
-                }
+                None if is_decimal_integer(digits, false) => bad("unsigned integer (out of range)"),
                 None => bad("unsigned integer"),
             },
             _ => match parse_float(digits) {
@@ -707,7 +702,7 @@ fn show(c: u8) -> String {
         b'\t' => "a tab".into(),
         b'\r' => "a carriage return".into(),
         b'\n' => "a newline".into(),
-        0x20..=0x7e => format!("'{}'", c as char),
+        0x21..=0x7e => format!("'{}'", c as char),
         _ => format!("byte 0x{c:02x}"),
     }
 }
@@ -870,7 +865,9 @@ mod tests {
         assert!(err("cpu").message.contains("end of input"));
         assert!(err("cpu v=1i2").message.contains("invalid float"));
         assert!(err("cpu v=1.5i").message.contains("invalid integer"));
-        assert!(err("cpu v=99999999999999999999i").message.contains("out of range"));
+        assert!(err("cpu v=99999999999999999999i")
+            .message
+            .contains("out of range"));
         assert!(err("cpu v=1 12a").message.contains("invalid timestamp"));
         assert!(err("cpu v=1 1 x").message.contains("unexpected text"));
         assert!(err("cpu,a=1,a=2 v=1").message.contains("duplicate tag key"));

@@ -105,7 +105,10 @@ mod tests {
         let t = 1_700_000_000i64;
         assert_eq!(Precision::Auto.to_nanos(t), Some(t * 1_000_000_000));
         assert_eq!(Precision::Auto.to_nanos(t * 1000), Some(t * 1_000_000_000));
-        assert_eq!(Precision::Auto.to_nanos(t * 1_000_000), Some(t * 1_000_000_000));
+        assert_eq!(
+            Precision::Auto.to_nanos(t * 1_000_000),
+            Some(t * 1_000_000_000)
+        );
         assert_eq!(
             Precision::Auto.to_nanos(t * 1_000_000_000),
             Some(t * 1_000_000_000)

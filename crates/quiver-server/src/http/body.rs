@@ -66,7 +66,9 @@ fn decompress(reader: impl Read, name: &str, limit: usize) -> Result<Bytes, ApiE
     if out.len() > limit {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("decompressed request body exceeds the limit of {limit} bytes (max_request_bytes)"),
+            format!(
+                "decompressed request body exceeds the limit of {limit} bytes (max_request_bytes)"
+            ),
         ));
     }
     Ok(Bytes::from(out))

@@ -51,7 +51,9 @@ impl IntoResponse for ApiError {
 impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
         let status = match &e {
-            QueryError::DatabaseNotFound(_) | QueryError::TableNotFound { .. } => StatusCode::NOT_FOUND,
+            QueryError::DatabaseNotFound(_) | QueryError::TableNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             QueryError::Invalid(_) => StatusCode::BAD_REQUEST,
             QueryError::ResourcesExhausted(_) => StatusCode::SERVICE_UNAVAILABLE,
             QueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -36,7 +36,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v3/write_lp", post(write::write_v3))
         .route("/api/v2/write", post(write::write_v2))
         .route("/write", post(write::write_v1))
-        .route("/api/v3/query_sql", get(query::query_get).post(query::query_post))
+        .route(
+            "/api/v3/query_sql",
+            get(query::query_get).post(query::query_post),
+        )
         .fallback(not_found)
         .with_state(state)
 }
@@ -50,12 +53,18 @@ async fn ping() -> impl IntoResponse {
     (
         StatusCode::NO_CONTENT,
         [
-            (HeaderName::from_static("x-influxdb-version"), concat!("quiver-", env!("CARGO_PKG_VERSION"))),
+            (
+                HeaderName::from_static("x-influxdb-version"),
+                concat!("quiver-", env!("CARGO_PKG_VERSION")),
+            ),
             (header::CACHE_CONTROL, "no-store"),
         ],
     )
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()))
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {}", uri.path()),
+    )
 }

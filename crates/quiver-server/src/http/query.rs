@@ -68,7 +68,11 @@ pub async fn query_post(
     run(app, request, &headers).await
 }
 
-async fn run(app: Arc<AppState>, request: QueryBody, headers: &HeaderMap) -> Result<Response, ApiError> {
+async fn run(
+    app: Arc<AppState>,
+    request: QueryBody,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
     let db = request
         .db
         .filter(|d| !d.trim().is_empty())
@@ -102,8 +106,18 @@ async fn run(app: Arc<AppState>, request: QueryBody, headers: &HeaderMap) -> Res
     let schema = output.schema;
     let encoded = tokio::task::spawn_blocking(move || format.encode(&schema, &batches))
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding task failed: {e}")))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the result as {format:?}: {e}")))?;
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding task failed: {e}"),
+            )
+        })?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot encode the result as {format:?}: {e}"),
+            )
+        })?;
     Ok((StatusCode::OK, content_type, encoded).into_response())
 }
 
@@ -113,8 +127,12 @@ fn arrow_body(
     first: Option<arrow::array::RecordBatch>,
     rest: SendableRecordBatchStream,
 ) -> Result<Body, ApiError> {
-    let encode_error =
-        |e: arrow::error::ArrowError| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode Arrow IPC: {e}"));
+    let encode_error = |e: arrow::error::ArrowError| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode Arrow IPC: {e}"),
+        )
+    };
     let mut encoder = ArrowStreamEncoder::new(schema).map_err(encode_error)?;
     let mut head = encoder.take_bytes();
     if let Some(batch) = &first {
@@ -136,6 +154,7 @@ fn arrow_body(
             Err(e) => Some((Err(std::io::Error::other(e.to_string())), (None, rest))),
         }
     });
-    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) }).chain(tail);
+    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
+        .chain(tail);
     Ok(Body::from_stream(body))
 }

@@ -77,7 +77,9 @@ struct WriteRequest {
 fn required(params: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
     match params.get(name).map(|s| s.trim()) {
         Some(value) if !value.is_empty() => Ok(value.to_string()),
-        _ => Err(ApiError::bad_request(format!("missing query parameter {name:?}"))),
+        _ => Err(ApiError::bad_request(format!(
+            "missing query parameter {name:?}"
+        ))),
     }
 }
 
@@ -137,9 +139,12 @@ async fn write(
         }
         Ok(decoded)
     });
-    let decoded = task
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("write task failed: {e}")))??;
+    let decoded = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("write task failed: {e}"),
+        )
+    })??;
     if decoded.error_count == 0 {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
@@ -159,5 +164,9 @@ async fn write(
     } else {
         "parsing failed for write_lp endpoint; no lines were written"
     };
-    Err(ApiError::with_data(StatusCode::BAD_REQUEST, message, json!(data)))
+    Err(ApiError::with_data(
+        StatusCode::BAD_REQUEST,
+        message,
+        json!(data),
+    ))
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole Quiver test suite: Rust unit and integration tests, then the Python end-to-end
+# tests against the real `quiver` binary. Creates the Python virtualenv (.venv) on first use.
+#
+#   ./scripts/test.sh
+#
+# Environment: CARGO_TARGET_DIR (optional, shared build directory), PYTHON (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+REQUIREMENTS=tests/python/requirements.txt
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "==> creating Python virtualenv in $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+# Reinstall only when the pinned requirements changed.
+STAMP="$VENV/.requirements.sha256"
+WANT="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
+    echo "==> installing Python test requirements"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
+    echo "$WANT" > "$STAMP"
+fi
+
+echo "==> cargo test --workspace"
+cargo test --workspace
+
+echo "==> building the quiver binary for the end-to-end tests"
+cargo build -p quiver-server --bin quiver
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+export QUIVER_BIN="$(cd "$TARGET_DIR" && pwd)/debug/quiver"
+
+echo "==> Python end-to-end tests"
+"$VENV/bin/python" -m pytest -q tests/python "$@"
