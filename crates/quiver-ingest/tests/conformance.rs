@@ -1,5 +1,5 @@
 //! Runs every decode case of InfluxData's line-protocol corpus
-//! (`shared/conformance/line-protocol/corpus.json`) through Quiver's parser and measures the
+//! (`tests/conformance/line-protocol/corpus.json`, a copy of `shared/conformance`) through Quiver's parser and measures the
 //! agreement rate: accepted/rejected as the reference decoder says, and for accepted inputs the
 //! same measurement, tags, typed field values and time.
 //!
@@ -19,8 +19,9 @@ fn corpus_path() -> PathBuf {
     if let Ok(dir) = std::env::var("QUIVER_CONFORMANCE_DIR") {
         return PathBuf::from(dir).join("line-protocol/corpus.json");
     }
+    // The repository's vendored, unmodified copy of `../shared/conformance`.
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/line-protocol/corpus.json")
+        .join("../../tests/conformance/line-protocol/corpus.json")
 }
 
 /// A point in the corpus's own terms, so both sides compare with `==`.
