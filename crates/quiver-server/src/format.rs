@@ -303,11 +303,19 @@ mod tests {
     #[test]
     fn text_formats() {
         let (schema, batch) = sample();
-        let csv =
-            String::from_utf8(Format::Csv.encode(&schema, std::slice::from_ref(&batch)).unwrap()).unwrap();
+        let csv = String::from_utf8(
+            Format::Csv
+                .encode(&schema, std::slice::from_ref(&batch))
+                .unwrap(),
+        )
+        .unwrap();
         assert!(csv.starts_with("host,time,v\n"), "{csv}");
-        let pretty =
-            String::from_utf8(Format::Pretty.encode(&schema, std::slice::from_ref(&batch)).unwrap()).unwrap();
+        let pretty = String::from_utf8(
+            Format::Pretty
+                .encode(&schema, std::slice::from_ref(&batch))
+                .unwrap(),
+        )
+        .unwrap();
         assert!(pretty.contains("| host |"), "{pretty}");
         let empty = String::from_utf8(Format::Pretty.encode(&schema, &[]).unwrap()).unwrap();
         assert!(empty.contains("(0 rows)"));

@@ -182,7 +182,12 @@ async fn post_with_json_body() {
 }
 
 /// (what, query parameters, expected status, text the message must contain)
-type ErrorCase = (&'static str, Vec<(&'static str, &'static str)>, u16, &'static str);
+type ErrorCase = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    u16,
+    &'static str,
+);
 
 #[tokio::test]
 async fn errors_have_clear_statuses_and_messages() {
