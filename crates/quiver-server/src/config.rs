@@ -40,6 +40,14 @@ pub struct Config {
     pub query_partitions: usize,
     /// Memory in bytes that running queries together may use for sorts, joins and aggregates.
     pub query_memory_bytes: usize,
+    /// Fsync the WAL before acknowledging a write (group commit). `false` acknowledges writes
+    /// the operating system may still lose on a power cut: for throwaway data only.
+    pub wal_fsync: bool,
+    /// A new WAL segment file is started once the current one reaches this size.
+    pub wal_segment_bytes: u64,
+    /// Corruption in the middle of the WAL at startup: `strict` refuses to start (naming the
+    /// file and offset), `truncate` drops the corrupt record and everything after it.
+    pub wal_recovery: String,
 }
 
 impl Default for Config {
@@ -58,6 +66,9 @@ impl Default for Config {
             max_columns_per_table: 1_000,
             query_partitions: 0,
             query_memory_bytes: 4 << 30,
+            wal_fsync: true,
+            wal_segment_bytes: 64 << 20,
+            wal_recovery: "strict".into(),
         }
     }
 }
@@ -174,6 +185,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "log_format {:?} must be \"text\" or \"json\"",
                 self.log_format
+            )));
+        }
+        if !matches!(self.wal_recovery.as_str(), "strict" | "truncate") {
+            return Err(ConfigError(format!(
+                "wal_recovery {:?} must be \"strict\" or \"truncate\"",
+                self.wal_recovery
             )));
         }
         if self.max_request_bytes == 0 {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use quiver_query::{QueryEngine, QueryOptions};
-use quiver_storage::{Store, StoreLimits};
+use quiver_storage::{Store, StoreLimits, WalOptions};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
@@ -28,6 +28,12 @@ pub enum ServeError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// A setting is invalid.
+    #[error("{0}")]
+    Config(String),
+    /// The store could not be opened (WAL replay failed, data directory unusable).
+    #[error("cannot open the data directory: {0}")]
+    Storage(#[from] quiver_storage::StorageError),
     /// The query engine could not be built.
     #[error("cannot start the query engine: {0}")]
     Query(#[from] quiver_query::QueryError),
@@ -37,6 +43,9 @@ fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeE
     let context = context.into();
     move |source| ServeError::Io { context, source }
 }
+
+/// Largest WAL record (one write request's rows as Arrow); replay trusts lengths up to this.
+const MAX_WAL_RECORD_BYTES: usize = 1 << 30;
 
 /// Runs the server until SIGTERM or Ctrl-C, then drains in-flight requests and returns.
 pub fn run(config: Config) -> Result<(), ServeError> {
@@ -72,11 +81,34 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         "cannot create data directory {}",
         config.data_dir.display()
     )))?;
-    let store = Arc::new(Store::new(StoreLimits {
+    let limits = StoreLimits {
         max_databases: config.max_databases,
         max_tables_per_database: config.max_tables_per_database,
         max_columns_per_table: config.max_columns_per_table,
-    }));
+    };
+    let wal = WalOptions {
+        dir: config.data_dir.join("wal"),
+        segment_bytes: config.wal_segment_bytes,
+        max_record_bytes: MAX_WAL_RECORD_BYTES,
+        fsync: config.wal_fsync,
+        recovery: config.wal_recovery.parse().map_err(ServeError::Config)?,
+    };
+    let started = std::time::Instant::now();
+    let (store, replayed) = Store::open(limits, wal)?;
+    tracing::info!(
+        segments = replayed.segments,
+        records = replayed.records,
+        bytes = replayed.bytes,
+        last_sequence = replayed.last_seq,
+        torn_tail = ?replayed.truncated_at,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "WAL replayed"
+    );
+    if !config.wal_fsync {
+        tracing::warn!(
+            "wal_fsync = false: acknowledged writes can be lost on a power cut or OS crash"
+        );
+    }
     let mut query_options = QueryOptions {
         memory_limit_bytes: config.query_memory_bytes,
         ..QueryOptions::default()
@@ -86,7 +118,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     }
     let engine = Arc::new(QueryEngine::new(store.clone(), query_options)?);
     let state = Arc::new(AppState {
-        store,
+        store: store.clone(),
         engine,
         max_request_bytes: config.max_request_bytes,
         max_reported_line_errors: config.max_reported_line_errors,
@@ -107,6 +139,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(io_error("HTTP server failed"))?;
+    store.close();
     tracing::info!("quiver stopped");
     Ok(())
 }

@@ -68,4 +68,10 @@ pub enum StorageError {
     /// An Arrow kernel failed (a bug, or memory exhaustion).
     #[error("arrow error in storage: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// The write-ahead log failed (I/O, shutdown, corruption at startup).
+    #[error(transparent)]
+    Wal(#[from] quiver_wal::WalError),
+    /// A WAL record could not be decoded during replay.
+    #[error("corrupt WAL record: {0}")]
+    CorruptRecord(String),
 }

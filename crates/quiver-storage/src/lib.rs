@@ -9,17 +9,20 @@
 mod dedup;
 mod error;
 mod table;
+mod wal_record;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use quiver_ingest::line_protocol::{DecodedTable, SchemaLookup};
 use quiver_ingest::schema::ColumnType;
+use quiver_wal::{Apply, Wal};
 
 pub use dedup::sort_and_deduplicate;
 pub use error::StorageError;
-pub use table::{Table, TableSnapshot};
+pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalOptions, WalStats};
+pub use table::{PreparedRows, Table, TableSnapshot};
 
 /// Bounds that keep hostile or runaway writes from exhausting memory.
 #[derive(Debug, Clone)]
@@ -42,20 +45,60 @@ impl Default for StoreLimits {
     }
 }
 
-/// All databases of one server.
+/// All databases of one server, and the write-ahead log that makes their writes durable.
 #[derive(Default)]
 pub struct Store {
     databases: RwLock<BTreeMap<String, Arc<Database>>>,
     limits: StoreLimits,
+    /// Held while a write is checked, its columns reserved and its place in the log taken, so
+    /// the log's order is the order in which writes were checked against the schema.
+    sequencer: Mutex<()>,
+    /// `None` for a memory-only store.
+    wal: OnceLock<Wal<PreparedRows>>,
+}
+
+/// The WAL's commit thread makes durable writes visible through this.
+struct ApplyToTables;
+
+impl Apply<PreparedRows> for ApplyToTables {
+    fn apply(&mut self, _seq: u64, rows: PreparedRows) {
+        table::apply_rows(rows);
+    }
 }
 
 impl Store {
-    /// An empty store with the given limits.
+    /// An empty store that keeps everything in memory only (no WAL): for tests and tools.
     pub fn new(limits: StoreLimits) -> Self {
         Store {
-            databases: RwLock::new(BTreeMap::new()),
             limits,
+            ..Store::default()
         }
+    }
+
+    /// A store whose writes go through the write-ahead log in `wal.dir`: replays the log into
+    /// memory first, then accepts writes, each acknowledged as durable as it asks.
+    pub fn open(
+        limits: StoreLimits,
+        wal: WalOptions,
+    ) -> Result<(Arc<Store>, ReplaySummary), StorageError> {
+        let store = Arc::new(Store::new(limits));
+        let (log, summary) = Wal::open(
+            wal,
+            |_seq, payload| store.replay_record(payload).map_err(|e| e.to_string()),
+            ApplyToTables,
+        )?;
+        if store.wal.set(log).is_err() {
+            unreachable!("the WAL of a new store is set once");
+        }
+        Ok((store, summary))
+    }
+
+    fn replay_record(&self, payload: &[u8]) -> Result<(), StorageError> {
+        let (database, tables) = wal_record::decode(payload)?;
+        let _order = self.sequencer.lock();
+        let prepared = self.prepare(&database, tables)?;
+        table::apply_rows(prepared);
+        Ok(())
     }
 
     /// The database called `name`, if it exists.
@@ -68,18 +111,58 @@ impl Store {
         self.databases.read().keys().cloned().collect()
     }
 
-    /// The database called `name`, created if it does not exist (databases are created by
-    /// their first write).
-    pub fn database_or_create(&self, name: &str) -> Result<Arc<Database>, StorageError> {
+    /// WAL counters (`None` for a memory-only store).
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        self.wal.get().map(Wal::stats)
+    }
+
+    /// Writes decoded rows into `database` (created by its first write), atomically: every
+    /// table gets its rows or none does, and a failed write creates no database or table.
+    ///
+    /// With a WAL, the write is logged and acknowledged (this future resolves) only once it is
+    /// as durable as `durability` asks; it becomes visible to queries at that moment, never
+    /// earlier, in log order. Without a WAL it is visible when this returns.
+    pub async fn write(
+        &self,
+        database: &str,
+        tables: Vec<DecodedTable>,
+        durability: Durability,
+    ) -> Result<WriteReceipt, StorageError> {
+        let rows = tables.iter().map(|t| t.batch.num_rows()).sum();
+        validate_database_name(database)?;
+        for table in &tables {
+            validate_table_name(&table.name)?;
+        }
+        let wal = self.wal.get();
+        let payload = match wal {
+            Some(_) => Some(wal_record::encode(database, &tables)?),
+            None => None,
+        };
+        let logged = {
+            let _order = self.sequencer.lock();
+            let prepared = self.prepare(database, tables)?;
+            match (wal, payload) {
+                (Some(wal), Some(payload)) => Some(wal.append(payload, prepared, durability)),
+                _ => {
+                    table::apply_rows(prepared);
+                    None
+                }
+            }
+        };
+        let sequence = match logged {
+            Some(pending) => Some(pending.await?),
+            None => None,
+        };
+        Ok(WriteReceipt { rows, sequence })
+    }
+
+    /// Checks a write and reserves its tables and columns (must hold the sequencer).
+    fn prepare(&self, name: &str, tables: Vec<DecodedTable>) -> Result<PreparedRows, StorageError> {
         if let Some(db) = self.database(name) {
-            return Ok(db);
+            return db.prepare(tables);
         }
         validate_database_name(name)?;
-        let mut databases = self.databases.write();
-        if let Some(db) = databases.get(name) {
-            return Ok(db.clone());
-        }
-        if databases.len() >= self.limits.max_databases {
+        if self.databases.read().len() >= self.limits.max_databases {
             return Err(StorageError::TooManyDatabases {
                 limit: self.limits.max_databases,
             });
@@ -89,8 +172,16 @@ impl Store {
             tables: RwLock::new(BTreeMap::new()),
             limits: self.limits.clone(),
         });
-        databases.insert(name.to_string(), db.clone());
-        Ok(db)
+        let prepared = db.prepare(tables)?;
+        self.databases.write().insert(name.to_string(), db);
+        Ok(prepared)
+    }
+
+    /// Stops the WAL's commit thread after syncing what it holds; later writes fail.
+    pub fn close(&self) {
+        if let Some(wal) = self.wal.get() {
+            wal.close();
+        }
     }
 }
 
@@ -126,8 +217,8 @@ pub fn validate_database_name(name: &str) -> Result<(), StorageError> {
 pub struct WriteReceipt {
     /// Rows appended.
     pub rows: usize,
-    /// `(table, new version)` for every table written.
-    pub versions: Vec<(String, u64)>,
+    /// The write's WAL sequence number (`None` for a memory-only store).
+    pub sequence: Option<u64>,
 }
 
 /// A database: a named set of tables.
@@ -153,76 +244,47 @@ impl Database {
         self.tables.read().keys().cloned().collect()
     }
 
-    /// Appends decoded batches, creating tables on first write. All tables are appended to or
-    /// none is (see [`StorageError`] for why a write can fail), and a failed write creates no
-    /// table. The versions of the tables written are bumped before this returns, so a query
-    /// that starts after it sees the rows.
-    pub fn write(&self, tables: Vec<DecodedTable>) -> Result<WriteReceipt, StorageError> {
-        let rows = tables.iter().map(|t| t.batch.num_rows()).sum();
-        let all_exist = {
+    /// Checks decoded batches against their tables (creating tables on first write) and
+    /// reserves new columns; all or nothing, and a failed write creates no table. The caller
+    /// holds the store's sequencer.
+    fn prepare(&self, tables: Vec<DecodedTable>) -> Result<PreparedRows, StorageError> {
+        let mut created: Vec<Arc<Table>> = Vec::new();
+        let mut items = Vec::with_capacity(tables.len());
+        {
             let existing = self.tables.read();
-            tables.iter().all(|t| existing.contains_key(&t.name))
-        };
-        let (names, versions) = if all_exist {
-            // The common case: only table locks are taken, so writers to different tables and
-            // readers of the table list never wait for each other.
-            let existing = self.tables.read();
-            let items: Vec<_> = tables
-                .into_iter()
-                .map(|t| (existing[&t.name].clone(), t.batch))
-                .collect();
-            drop(existing);
-            let names = sorted_unique_names(&items);
-            (names, table::append_atomically(items, &self.limits)?)
-        } else {
-            // First write to some table: hold the table list so the new tables are registered
-            // only once, and only if the append succeeds.
-            let mut existing = self.tables.write();
-            let mut created = Vec::new();
-            let mut items = Vec::with_capacity(tables.len());
             for decoded in tables {
-                let table = match existing.get(&decoded.name) {
+                let known = existing
+                    .get(&decoded.name)
+                    .or_else(|| created.iter().find(|t| t.name() == decoded.name));
+                let table = match known {
                     Some(table) => table.clone(),
-                    None => match created
-                        .iter()
-                        .find(|t: &&Arc<Table>| t.name() == decoded.name)
-                    {
-                        Some(table) => table.clone(),
-                        None => {
-                            validate_table_name(&decoded.name)?;
-                            let table = Arc::new(Table::new(decoded.name.clone()));
-                            created.push(table.clone());
-                            table
-                        }
-                    },
+                    None => {
+                        validate_table_name(&decoded.name)?;
+                        let table = Arc::new(Table::new(decoded.name.clone()));
+                        created.push(table.clone());
+                        table
+                    }
                 };
                 items.push((table, decoded.batch));
             }
-            if existing.len() + created.len() > self.limits.max_tables_per_database {
+            if !created.is_empty()
+                && existing.len() + created.len() > self.limits.max_tables_per_database
+            {
                 return Err(StorageError::TooManyTables {
                     database: self.name.clone(),
                     limit: self.limits.max_tables_per_database,
                 });
             }
-            let names = sorted_unique_names(&items);
-            let versions = table::append_atomically(items, &self.limits)?;
+        }
+        let prepared = table::prepare_rows(items, &self.limits)?;
+        if !created.is_empty() {
+            let mut existing = self.tables.write();
             for table in created {
                 existing.insert(table.name().to_string(), table);
             }
-            (names, versions)
-        };
-        Ok(WriteReceipt {
-            rows,
-            versions: names.into_iter().zip(versions).collect(),
-        })
+        }
+        Ok(prepared)
     }
-}
-
-fn sorted_unique_names(items: &[(Arc<Table>, arrow::array::RecordBatch)]) -> Vec<String> {
-    let mut names: Vec<String> = items.iter().map(|(t, _)| t.name().to_string()).collect();
-    names.sort();
-    names.dedup();
-    names
 }
 
 fn validate_table_name(name: &str) -> Result<(), StorageError> {
@@ -248,32 +310,52 @@ impl SchemaLookup for Database {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::executor::block_on;
     use quiver_ingest::line_protocol::{
         decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
     };
 
-    fn write(db: &Database, lp: &str) -> WriteReceipt {
-        let decoded = decode_line_protocol(
-            lp.as_bytes(),
-            &DecodeOptions {
-                precision: Precision::Nanosecond,
-                default_time_ns: 0,
-                max_reported_errors: 10,
-            },
-            db,
-        );
+    fn decode(store: &Store, db: &str, lp: &str) -> Vec<DecodedTable> {
+        let options = DecodeOptions {
+            precision: Precision::Nanosecond,
+            default_time_ns: 0,
+            max_reported_errors: 10,
+        };
+        let decoded = match store.database(db) {
+            Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
+            None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),
+        };
         assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
-        db.write(decoded.tables).unwrap()
+        decoded.tables
+    }
+
+    fn try_write(store: &Store, db: &str, lp: &str) -> Result<WriteReceipt, StorageError> {
+        block_on(store.write(db, decode(store, db, lp), Durability::Sync))
+    }
+
+    fn write(store: &Store, db: &str, lp: &str) -> WriteReceipt {
+        try_write(store, db, lp).unwrap()
+    }
+
+    fn rows(store: &Store, db: &str, table: &str) -> usize {
+        store
+            .database(db)
+            .unwrap()
+            .table(table)
+            .unwrap()
+            .snapshot()
+            .unwrap()
+            .num_rows()
     }
 
     #[test]
     fn schema_evolves_and_old_rows_read_null() {
         let store = Store::default();
-        let db = store.database_or_create("metrics").unwrap();
-        write(&db, "cpu,host=a usage=1 1");
-        let receipt = write(&db, "cpu,host=b,dc=x usage=2,idle=5i 2");
-        assert_eq!(receipt.versions, vec![("cpu".to_string(), 2)]);
-        let snapshot = db.table("cpu").unwrap().snapshot().unwrap();
+        write(&store, "metrics", "cpu,host=a usage=1 1");
+        write(&store, "metrics", "cpu,host=b,dc=x usage=2,idle=5i 2");
+        let table = store.database("metrics").unwrap().table("cpu").unwrap();
+        assert_eq!(table.version(), 2);
+        let snapshot = table.snapshot().unwrap();
         assert_eq!(snapshot.num_rows(), 2);
         let names: Vec<_> = snapshot
             .schema
@@ -289,12 +371,11 @@ mod tests {
     #[test]
     fn snapshots_are_cached_per_version_and_dedup_across_writes() {
         let store = Store::default();
-        let db = store.database_or_create("m").unwrap();
-        write(&db, "cpu,host=a a=1,b=1 10");
-        let table = db.table("cpu").unwrap();
+        write(&store, "m", "cpu,host=a a=1,b=1 10");
+        let table = store.database("m").unwrap().table("cpu").unwrap();
         let s1 = table.snapshot().unwrap();
         assert!(Arc::ptr_eq(&s1, &table.snapshot().unwrap()));
-        write(&db, "cpu,host=a a=2 10");
+        write(&store, "m", "cpu,host=a a=2 10");
         let s2 = table.snapshot().unwrap();
         assert_eq!(s2.version, 2);
         assert_eq!(s2.num_rows(), 1, "same series and time is one point");
@@ -303,19 +384,13 @@ mod tests {
     #[test]
     fn racing_type_conflict_is_rejected_whole() {
         let store = Store::default();
-        let db = store.database_or_create("m").unwrap();
-        let opts = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
         // Both decoded before either is written, as two concurrent requests would be.
-        let first = decode_line_protocol(b"cpu v=1 1", &opts, db.as_ref());
-        let second = decode_line_protocol(b"cpu v=1i 1", &opts, db.as_ref());
-        db.write(first.tables).unwrap();
-        let err = db.write(second.tables).unwrap_err();
+        let first = decode(&store, "m", "cpu v=1 1");
+        let second = decode(&store, "m", "cpu v=1i 1");
+        block_on(store.write("m", first, Durability::Sync)).unwrap();
+        let err = block_on(store.write("m", second, Durability::Sync)).unwrap_err();
         assert!(err.to_string().contains("\"v\""), "{err}");
-        assert_eq!(db.table("cpu").unwrap().snapshot().unwrap().num_rows(), 1);
+        assert_eq!(rows(&store, "m", "cpu"), 1);
     }
 
     #[test]
@@ -329,40 +404,81 @@ mod tests {
             max_tables_per_database: 1,
             max_columns_per_table: 3,
         });
-        let db = store.database_or_create("a").unwrap();
-        assert!(store.database_or_create("b").is_err());
-        write(&db, "t1 v=1 1");
-        let opts = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
-        let more = decode_line_protocol(b"t2 v=1 1", &opts, db.as_ref());
+        write(&store, "a", "t1 v=1 1");
         assert!(matches!(
-            db.write(more.tables),
+            try_write(&store, "b", "t1 v=1 1"),
+            Err(StorageError::TooManyDatabases { .. })
+        ));
+        assert!(store.database("b").is_none());
+        assert!(matches!(
+            try_write(&store, "a", "t2 v=1 1"),
             Err(StorageError::TooManyTables { .. })
         ));
-        let wide = decode_line_protocol(b"t1 v=1,w=2,x=3 1", &opts, db.as_ref());
         assert!(matches!(
-            db.write(wide.tables),
+            try_write(&store, "a", "t1 v=1,w=2,x=3 1"),
             Err(StorageError::TooManyColumns { .. })
+        ));
+        assert!(matches!(
+            try_write(&store, "bad name", "t v=1 1"),
+            Err(StorageError::InvalidDatabaseName { .. })
         ));
     }
 
     #[test]
     fn a_failed_multi_table_write_changes_nothing() {
         let store = Store::default();
-        let db = store.database_or_create("m").unwrap();
-        write(&db, "b v=1 1");
-        let opts = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
+        write(&store, "m", "b v=1 1");
         // Decoded as if no table existed yet, as a writer racing another would have.
-        let racing = decode_line_protocol(b"a v=1 1\nb v=\"s\" 2", &opts, &NoExistingTables);
-        assert!(db.write(racing.tables).is_err());
+        let racing = decode(&Store::default(), "m", "a v=1 1\nb v=\"s\" 2");
+        assert!(block_on(store.write("m", racing, Durability::Sync)).is_err());
+        let db = store.database("m").unwrap();
         assert!(db.table("a").is_none(), "a failed write creates no table");
         assert_eq!(db.table("b").unwrap().version(), 1);
+        assert!(block_on(store.write(
+            "fresh",
+            decode(&store, "fresh", "x v=1 1"),
+            Durability::Sync
+        ))
+        .is_ok());
+    }
+
+    fn wal_options(dir: &std::path::Path) -> WalOptions {
+        WalOptions {
+            dir: dir.join("wal"),
+            segment_bytes: 4096,
+            max_record_bytes: 1 << 30,
+            fsync: true,
+            recovery: Recovery::Strict,
+        }
+    }
+
+    #[test]
+    fn writes_survive_a_restart_through_the_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, summary) =
+                Store::open(StoreLimits::default(), wal_options(dir.path())).unwrap();
+            assert_eq!(summary.records, 0);
+            for i in 0..50 {
+                let receipt = write(
+                    &store,
+                    "m",
+                    &format!("cpu,host=h{} v={i} {i}\nmem free={i}u {i}", i % 3),
+                );
+                assert_eq!(receipt.sequence, Some(i + 1));
+            }
+            write(&store, "other", "t s=\"text\",b=true 7");
+            let conflicting = decode(&Store::default(), "m", "cpu v=\"conflict\" 1");
+            assert!(block_on(store.write("m", conflicting, Durability::Sync)).is_err());
+            store.close();
+        }
+        let (store, summary) =
+            Store::open(StoreLimits::default(), wal_options(dir.path())).unwrap();
+        assert_eq!(summary.records, 51);
+        assert_eq!(rows(&store, "m", "cpu"), 50);
+        assert_eq!(rows(&store, "m", "mem"), 50);
+        assert_eq!(rows(&store, "other", "t"), 1);
+        // numbering continues after the replayed records
+        assert_eq!(write(&store, "m", "cpu v=1 1000").sequence, Some(52));
     }
 }

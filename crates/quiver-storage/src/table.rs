@@ -118,7 +118,7 @@ impl Table {
             batches: vec![deduplicated],
         });
         let mut state = self.state.write();
-        if state.version == version {
+        if state.version == version && Arc::ptr_eq(&state.schema, &snapshot.schema) {
             // Nothing was written meanwhile: the snapshot replaces the chunks it covers, so the
             // next snapshot only merges what arrives after it.
             state.chunks = snapshot.batches.clone();
@@ -133,17 +133,37 @@ impl Table {
     }
 }
 
-/// Appends batches to several tables as one unit: every target table is locked (in name
-/// order, so concurrent writers cannot deadlock), every batch is checked against its table's
-/// schema and limits, and only if all pass are all appended. Returns the new versions.
+/// Rows for several tables that passed every check and whose new columns are already part of
+/// their tables' schemas: applying them cannot fail. Produced by [`prepare_rows`], consumed by
+/// [`apply_rows`] (directly, or by the WAL's commit thread once the write is durable).
+pub struct PreparedRows(Vec<(Arc<Table>, RecordBatch)>);
+
+impl PreparedRows {
+    /// Number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.0.iter().map(|(_, b)| b.num_rows()).sum()
+    }
+}
+
+impl std::fmt::Debug for PreparedRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(t, b)| (&t.name, b.num_rows())))
+            .finish()
+    }
+}
+
+/// Checks batches for several tables as one unit and reserves their new columns: every target
+/// table is locked (in name order, so concurrent writers cannot deadlock), every batch is
+/// checked against its table's schema and limits, and only if all pass are the new columns
+/// added (rows are added by [`apply_rows`]).
 ///
-/// Fails without changing anything if a column's type conflicts with its table (possible when
-/// two requests race to create the same column), a type is outside the data model, or a table
-/// would exceed its column limit.
-pub(crate) fn append_atomically(
+/// Fails without changing anything if a column's type conflicts with its table, a type is
+/// outside the data model, or a table would exceed its column limit.
+pub(crate) fn prepare_rows(
     mut items: Vec<(Arc<Table>, RecordBatch)>,
     limits: &StoreLimits,
-) -> Result<Vec<u64>, StorageError> {
+) -> Result<PreparedRows, StorageError> {
     items.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     if items.windows(2).any(|w| Arc::ptr_eq(&w[0].0, &w[1].0)) {
         // Merge batches of one table so that each lock is taken once.
@@ -158,17 +178,27 @@ pub(crate) fn append_atomically(
         }
         items = merged;
     }
-    let (tables, batches): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-    let mut guards: Vec<_> = tables.iter().map(|t| t.state.write()).collect();
-    let mut plans = Vec::with_capacity(tables.len());
-    for ((table, batch), state) in tables.iter().zip(&batches).zip(&guards) {
+    let mut guards: Vec<_> = items.iter().map(|(t, _)| t.state.write()).collect();
+    let mut plans = Vec::with_capacity(items.len());
+    for ((table, batch), state) in items.iter().zip(&guards) {
         plans.push(table.new_columns(state, batch, limits)?);
     }
-    let mut versions = Vec::with_capacity(tables.len());
-    for ((batch, state), added) in batches.into_iter().zip(guards.iter_mut()).zip(plans) {
-        versions.push(apply_append(state, batch, added));
+    for (state, added) in guards.iter_mut().zip(plans) {
+        add_columns(state, added);
     }
-    Ok(versions)
+    drop(guards);
+    Ok(PreparedRows(items))
+}
+
+/// Appends prepared rows, all tables at once (readers see all of them or none), and returns
+/// the tables' new versions in table-name order.
+pub(crate) fn apply_rows(rows: PreparedRows) -> Vec<u64> {
+    let mut guards: Vec<_> = rows.0.iter().map(|(t, _)| t.state.write()).collect();
+    guards
+        .iter_mut()
+        .zip(rows.0.iter())
+        .map(|(state, (_, batch))| push_chunk(state, batch.clone()))
+        .collect()
 }
 
 impl Table {
@@ -212,21 +242,22 @@ impl Table {
     }
 }
 
-fn apply_append(
-    state: &mut TableState,
-    batch: RecordBatch,
-    added: Vec<(String, ColumnType)>,
-) -> u64 {
-    if !added.is_empty() {
-        state.columns.extend(added);
-        state.schema = Arc::new(Schema::new(
-            state
-                .columns
-                .iter()
-                .map(|(name, t)| t.arrow_field(name))
-                .collect::<Vec<_>>(),
-        ));
+fn add_columns(state: &mut TableState, added: Vec<(String, ColumnType)>) {
+    if added.is_empty() {
+        return;
     }
+    state.columns.extend(added);
+    state.schema = Arc::new(Schema::new(
+        state
+            .columns
+            .iter()
+            .map(|(name, t)| t.arrow_field(name))
+            .collect::<Vec<_>>(),
+    ));
+    state.snapshot = None;
+}
+
+fn push_chunk(state: &mut TableState, batch: RecordBatch) -> u64 {
     state.buffered_bytes += batch.get_array_memory_size();
     state.chunks.push(batch);
     state.version += 1;

@@ -11,6 +11,17 @@ use super::error::ApiError;
 
 /// Reads and decompresses a body of at most `limit` bytes (compressed and decompressed).
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let raw = read_raw_body(headers, body, limit).await?;
+    decode_content(headers, raw, limit)
+}
+
+/// Reads a body of at most `limit` bytes as sent (still compressed); decode it with
+/// [`decode_content`], which is CPU work worth moving off the async workers for big bodies.
+pub async fn read_raw_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -26,18 +37,22 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             return Err(too_large());
         }
     }
-    let raw = match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => bytes,
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok(bytes),
         Err(e) => {
             let length_limit = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            return Err(if length_limit {
+            Err(if length_limit {
                 too_large()
             } else {
                 ApiError::bad_request(format!("failed to read the request body: {e}"))
-            });
+            })
         }
-    };
+    }
+}
+
+/// Decompresses `raw` per the request's `Content-Encoding`, to at most `limit` bytes.
+pub fn decode_content(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, ApiError> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase())

@@ -68,7 +68,11 @@ impl From<StorageError> for ApiError {
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }
             | StorageError::TooManyDatabases { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            StorageError::Arrow(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            StorageError::Arrow(_) | StorageError::CorruptRecord(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            // the write was not acknowledged: the log is failing or the server is stopping
+            StorageError::Wal(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError::new(status, e.to_string())

@@ -13,11 +13,12 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, DecodedWrite, NoExistingTables, Precision,
+    decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
 };
+use quiver_storage::Durability;
 use serde_json::json;
 
-use super::body::read_body;
+use super::body::{decode_content, read_raw_body};
 use super::error::ApiError;
 use super::AppState;
 
@@ -32,9 +33,12 @@ pub async fn write_v3(
         database: required(&params, "db")?,
         precision: precision(&params, Precision::Auto)?,
         accept_partial: boolean(&params, "accept_partial", true)?,
+        durability: if boolean(&params, "no_sync", false)? {
+            Durability::NoSync
+        } else {
+            Durability::Sync
+        },
     };
-    // `no_sync` is validated so a typo is reported; it matters once writes go through the WAL.
-    boolean(&params, "no_sync", false)?;
     write(app, request, &headers, body).await
 }
 
@@ -49,6 +53,7 @@ pub async fn write_v2(
         database: required(&params, "bucket")?,
         precision: precision(&params, Precision::Nanosecond)?,
         accept_partial: false,
+        durability: Durability::Sync,
     };
     write(app, request, &headers, body).await
 }
@@ -64,6 +69,7 @@ pub async fn write_v1(
         database: required(&params, "db")?,
         precision: precision(&params, Precision::Nanosecond)?,
         accept_partial: false,
+        durability: Durability::Sync,
     };
     write(app, request, &headers, body).await
 }
@@ -72,6 +78,8 @@ struct WriteRequest {
     database: String,
     precision: Precision,
     accept_partial: bool,
+    /// `no_sync=true` (v3 only): acknowledge once the WAL record is written, before fsync.
+    durability: Durability,
 }
 
 fn required(params: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
@@ -115,36 +123,36 @@ async fn write(
     body: Body,
 ) -> Result<Response, ApiError> {
     quiver_storage::validate_database_name(&request.database)?;
-    let body = read_body(headers, body, app.max_request_bytes).await?;
+    let raw = read_raw_body(headers, body, app.max_request_bytes).await?;
     let options = DecodeOptions {
         precision: request.precision,
         default_time_ns: now_ns(),
         max_reported_errors: app.max_reported_line_errors,
     };
     let store = app.store.clone();
-    // Decoding and appending are CPU work: keep them off the async workers.
-    let task = tokio::task::spawn_blocking(move || -> Result<DecodedWrite, ApiError> {
-        let existing = store.database(&request.database);
-        let mut decoded = match &existing {
+    let database = request.database.clone();
+    let (headers, limit) = (headers.clone(), app.max_request_bytes);
+    // Decompressing and decoding are CPU work: keep them off the async workers.
+    let task = tokio::task::spawn_blocking(move || {
+        let body = decode_content(&headers, raw, limit)?;
+        Ok::<_, ApiError>(match store.database(&database) {
             Some(db) => decode_line_protocol(&body, &options, db.as_ref()),
             None => decode_line_protocol(&body, &options, &NoExistingTables),
-        };
-        let writable = decoded.error_count == 0 || request.accept_partial;
-        if writable && decoded.accepted_lines > 0 {
-            let db = match existing {
-                Some(db) => db,
-                None => store.database_or_create(&request.database)?,
-            };
-            db.write(std::mem::take(&mut decoded.tables))?;
-        }
-        Ok(decoded)
+        })
     });
-    let decoded = task.await.map_err(|e| {
+    let mut decoded = task.await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("write task failed: {e}"),
+            format!("decoding task failed: {e}"),
         )
     })??;
+    let writable = decoded.error_count == 0 || request.accept_partial;
+    if writable && decoded.accepted_lines > 0 {
+        let tables = std::mem::take(&mut decoded.tables);
+        app.store
+            .write(&request.database, tables, request.durability)
+            .await?;
+    }
     if decoded.error_count == 0 {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }

@@ -14,7 +14,10 @@ pub struct Server {
     pub url: String,
     /// The `host:port` of the HTTP listener.
     pub http_addr: String,
-    data_dir: tempfile::TempDir,
+    /// The server's data directory.
+    pub data_dir: PathBuf,
+    /// Holds the log (and the data directory unless the caller chose one).
+    temp: tempfile::TempDir,
     log_path: PathBuf,
 }
 
@@ -40,14 +43,27 @@ impl Server {
 
     /// Starts a server with extra `QUIVER_*` environment settings and waits for `/health`.
     pub async fn start_with_env(env: &[(&str, &str)]) -> Server {
-        let data_dir = tempfile::tempdir().unwrap();
-        let log_path = data_dir.path().join("quiver.log");
+        Server::start_in(None, env).await
+    }
+
+    /// Starts a server on `data_dir` (a fresh temporary one if `None`) and waits for `/health`.
+    pub async fn start_in(data_dir: Option<&Path>, env: &[(&str, &str)]) -> Server {
+        let mut server = Server::spawn(data_dir, env);
+        server.wait_healthy().await;
+        server
+    }
+
+    /// Starts a server without waiting for it.
+    pub fn spawn(data_dir: Option<&Path>, env: &[(&str, &str)]) -> Server {
+        let temp = tempfile::tempdir().unwrap();
+        let data_dir = data_dir.map_or_else(|| temp.path().join("data"), Path::to_path_buf);
+        let log_path = temp.path().join("quiver.log");
         let http_addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(quiver_bin())
             .arg("serve")
             .arg("--data-dir")
-            .arg(data_dir.path().join("data"))
+            .arg(&data_dir)
             .args(["--http-addr", &http_addr])
             .args(["--flight-addr", &format!("127.0.0.1:{}", free_port())])
             .args(["--pg-addr", &format!("127.0.0.1:{}", free_port())])
@@ -57,18 +73,18 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("start quiver");
-        let mut server = Server {
+        Server {
             child,
             url: format!("http://{http_addr}"),
             http_addr,
             data_dir,
+            temp,
             log_path,
-        };
-        server.wait_healthy().await;
-        server
+        }
     }
 
-    async fn wait_healthy(&mut self) {
+    /// Polls `/health` until it answers 200; panics with the log if the server exits first.
+    pub async fn wait_healthy(&mut self) {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
@@ -93,9 +109,15 @@ impl Server {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
-    /// The temporary directory holding the data directory and the log.
+    /// A temporary directory for the test's own files (it also holds the log).
     pub fn dir(&self) -> &Path {
-        self.data_dir.path()
+        self.temp.path()
+    }
+
+    /// Kills the process with SIGKILL (no chance to clean up) and waits for it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// True while the process runs.

@@ -1,0 +1,181 @@
+//! HTTP ingest load generator: several concurrent keep-alive connections POST pre-generated
+//! line-protocol batches to a running Quiver (or any InfluxDB-3-compatible) server for a fixed
+//! time and report rows/s, MB/s and request latency.
+//!
+//! As a baseline measured in the same run, it first decodes the same batches in-process on one
+//! core (`decode_line_protocol`, what the server does per request), so the report can say what
+//! fraction of single-core decode speed the whole HTTP path reaches.
+//!
+//! ```sh
+//! quiver-loadgen --url http://127.0.0.1:8086 --connections 4 --batch-lines 5000 --seconds 20
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use quiver_bench::metrics_payload;
+use quiver_ingest::line_protocol::{
+    decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
+};
+
+/// Load generator for HTTP line-protocol ingest.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Server base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8086")]
+    url: String,
+    /// Database to write into.
+    #[arg(long, default_value = "loadgen")]
+    db: String,
+    /// Concurrent connections (each sends one request at a time).
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Lines per request.
+    #[arg(long, default_value_t = 5_000)]
+    batch_lines: usize,
+    /// Distinct batches generated up front (cycled through; later rounds overwrite points).
+    #[arg(long, default_value_t = 64)]
+    batches: usize,
+    /// Hosts (series) in the data set.
+    #[arg(long, default_value_t = 1_000)]
+    hosts: usize,
+    /// Measured duration in seconds (after a one-second warm-up).
+    #[arg(long, default_value_t = 15)]
+    seconds: u64,
+}
+
+struct Totals {
+    rows: AtomicUsize,
+    bytes: AtomicUsize,
+    requests: AtomicUsize,
+}
+
+fn main() {
+    let args = Args::parse();
+    let batches = generate(&args);
+    let baseline = decode_rows_per_second(&batches);
+    println!(
+        "baseline: in-process decode_line_protocol on one core: {:.0} rows/s",
+        baseline
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (rows_per_s, mb_per_s, latencies) = runtime.block_on(run(&args, batches));
+    let median = percentile(&latencies, 0.5);
+    let p99 = percentile(&latencies, 0.99);
+    println!(
+        "http ingest: {} connections x {}-line batches: {rows_per_s:.0} rows/s, {mb_per_s:.1} MB/s, \
+         latency p50 {median:.1} ms p99 {p99:.1} ms, {} requests; ratio to one-core decode {:.2}",
+        args.connections,
+        args.batch_lines,
+        latencies.len(),
+        rows_per_s / baseline
+    );
+}
+
+fn generate(args: &Args) -> Vec<bytes::Bytes> {
+    let rounds_per_batch = args.batch_lines.div_ceil(args.hosts.max(1)) as i64;
+    (0..args.batches)
+        .map(|k| {
+            let start = 1_700_000_000_000_000_000 + k as i64 * rounds_per_batch * 10_000_000_000;
+            bytes::Bytes::from(metrics_payload(
+                args.hosts,
+                args.batch_lines,
+                start,
+                k as u64 + 1,
+            ))
+        })
+        .collect()
+}
+
+fn decode_rows_per_second(batches: &[bytes::Bytes]) -> f64 {
+    let options = DecodeOptions {
+        precision: Precision::Nanosecond,
+        default_time_ns: 0,
+        max_reported_errors: 10,
+    };
+    let started = Instant::now();
+    let mut rows = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        for batch in batches {
+            let decoded = decode_line_protocol(batch, &options, &NoExistingTables);
+            assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
+            rows += decoded.accepted_lines;
+        }
+    }
+    rows as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.connections)
+        .build()
+        .expect("http client");
+    let url = format!(
+        "{}/api/v3/write_lp?db={}&precision=ns",
+        args.url.trim_end_matches('/'),
+        args.db
+    );
+    let batches = Arc::new(batches);
+    let next = Arc::new(AtomicUsize::new(0));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let totals = Arc::new(Totals {
+        rows: AtomicUsize::new(0),
+        bytes: AtomicUsize::new(0),
+        requests: AtomicUsize::new(0),
+    });
+    let lines = args.batch_lines;
+    let workers: Vec<_> = (0..args.connections)
+        .map(|_| {
+            let (client, url, batches, next) =
+                (client.clone(), url.clone(), batches.clone(), next.clone());
+            let (measuring, stop, totals) = (measuring.clone(), stop.clone(), totals.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let body =
+                        batches[next.fetch_add(1, Ordering::Relaxed) % batches.len()].clone();
+                    let size = body.len();
+                    let sent = Instant::now();
+                    let response = client.post(&url).body(body).send().await.expect("request");
+                    let status = response.status();
+                    let text = response.text().await.unwrap_or_default();
+                    assert_eq!(status, 204, "write failed: {text}");
+                    if measuring.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                        totals.rows.fetch_add(lines, Ordering::Relaxed);
+                        totals.bytes.fetch_add(size, Ordering::Relaxed);
+                        totals.requests.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                latencies
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut latencies = Vec::new();
+    for worker in futures::future::join_all(workers).await {
+        latencies.extend(worker.expect("worker"));
+    }
+    latencies.sort_by(f64::total_cmp);
+    let rows = totals.rows.load(Ordering::Relaxed) as f64 / elapsed;
+    let mb = totals.bytes.load(Ordering::Relaxed) as f64 / elapsed / 1e6;
+    (rows, mb, latencies)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
