@@ -44,6 +44,9 @@ struct Args {
     /// Measured duration in seconds (after a one-second warm-up).
     #[arg(long, default_value_t = 15)]
     seconds: u64,
+    /// Ask for `no_sync=true` (acknowledged before the WAL fsync).
+    #[arg(long)]
+    no_sync: bool,
 }
 
 struct Totals {
@@ -68,8 +71,9 @@ fn main() {
     let median = percentile(&latencies, 0.5);
     let p99 = percentile(&latencies, 0.99);
     println!(
-        "http ingest: {} connections x {}-line batches: {rows_per_s:.0} rows/s, {mb_per_s:.1} MB/s, \
+        "http ingest ({}): {} connections x {}-line batches: {rows_per_s:.0} rows/s, {mb_per_s:.1} MB/s, \
          latency p50 {median:.1} ms p99 {p99:.1} ms, {} requests; ratio to one-core decode {:.2}",
+        if args.no_sync { "no_sync" } else { "fsync" },
         args.connections,
         args.batch_lines,
         latencies.len(),
@@ -116,9 +120,10 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
         .build()
         .expect("http client");
     let url = format!(
-        "{}/api/v3/write_lp?db={}&precision=ns",
+        "{}/api/v3/write_lp?db={}&precision=ns&no_sync={}",
         args.url.trim_end_matches('/'),
-        args.db
+        args.db,
+        args.no_sync
     );
     let batches = Arc::new(batches);
     let next = Arc::new(AtomicUsize::new(0));

@@ -296,8 +296,8 @@ impl TableBuilder {
         }
     }
 
-    /// Checks one column of a line against the schema; returns its builder if it has one.
-    fn resolve(&self, key: &str, wanted: ColumnType) -> Result<Option<usize>, String> {
+    /// The slot of column `key`, if the table or this request has it; `time` is refused.
+    fn lookup(&self, key: &str, wanted: ColumnType) -> Result<Option<Slot>, String> {
         if key == TIME_COLUMN {
             return Err(format!(
                 "{} key \"time\" is reserved for the timestamp column",
@@ -308,16 +308,25 @@ impl TableBuilder {
                 }
             ));
         }
-        match self.slots.get(key) {
-            None => Ok(None),
-            Some(slot) if slot.column_type == wanted => Ok(slot.builder),
-            Some(slot) => Err(format!(
-                "column \"{key}\" of table \"{}\" is a {}; this line writes it as a {}",
-                self.name,
-                slot.column_type.describe(),
-                wanted.describe()
-            )),
+        Ok(self.slots.get(key).copied())
+    }
+
+    /// Checks that an existing column has the type the line writes.
+    fn check_type(
+        &self,
+        key: &str,
+        slot: Slot,
+        wanted: ColumnType,
+    ) -> Result<Option<usize>, String> {
+        if slot.column_type == wanted {
+            return Ok(slot.builder);
         }
+        Err(format!(
+            "column \"{key}\" of table \"{}\" is a {}; this line writes it as a {}",
+            self.name,
+            slot.column_type.describe(),
+            wanted.describe()
+        ))
     }
 
     /// Validates the whole line first, then appends it: a rejected line changes nothing.
@@ -331,21 +340,37 @@ impl TableBuilder {
         scratch.effective_fields.clear();
         scratch.field_columns.clear();
         for (key, _) in &line.tags {
-            scratch
-                .tag_columns
-                .push(self.resolve(key, ColumnType::Tag)?);
+            let column = match self.lookup(key, ColumnType::Tag)? {
+                Some(slot) => self.check_type(key, slot, ColumnType::Tag)?,
+                None => None,
+            };
+            scratch.tag_columns.push(column);
         }
-        for (i, (key, value)) in line.fields.iter().enumerate() {
-            if line.fields[i + 1..].iter().any(|(k, _)| k == key) {
-                continue; // a later value for the same key wins
-            }
-            if line.tags.iter().any(|(k, _)| k == key) {
-                return Err(format!(
-                    "\"{key}\" is written as both a tag and a field in the same line"
-                ));
-            }
+        // Last to first, so that of a repeated key the last value is the one kept.
+        for (i, (key, value)) in line.fields.iter().enumerate().rev() {
             let wanted = ColumnType::Field(field_type(value));
-            scratch.field_columns.push(self.resolve(key, wanted)?);
+            let slot = self.lookup(key, wanted)?;
+            // Columns this request already built are told apart by index, others by name.
+            let repeated = match slot.and_then(|s| s.builder) {
+                Some(index) => scratch.field_columns.contains(&Some(index)),
+                None => scratch
+                    .effective_fields
+                    .iter()
+                    .any(|&j| line.fields[j].0 == *key),
+            };
+            if repeated {
+                continue;
+            }
+            let column = match slot {
+                Some(slot) => self.check_type(key, slot, wanted)?,
+                None if line.tags.iter().any(|(k, _)| k == key) => {
+                    return Err(format!(
+                        "\"{key}\" is written as both a tag and a field in the same line"
+                    ));
+                }
+                None => None,
+            };
+            scratch.field_columns.push(column);
             scratch.effective_fields.push(i);
         }
         let row = self.rows;
@@ -495,17 +520,15 @@ mod tests {
     #[test]
     fn reserved_and_duplicate_keys() {
         let out = decode_line_protocol(
-            b"cpu,time=x v=1\ncpu time=1\ncpu,a=x a=1\ncpu v=1,v=2 5",
+            b"cpu,time=x v=1\ncpu time=1\ncpu,a=x a=1\ncpu v=1,v=2 5\ncpu v=\"s\",v=3 6\ncpu v=4,w=1,v=5 7",
             &options(),
             &NoExistingTables,
         );
-        assert_eq!(out.error_count, 3);
+        assert_eq!(out.error_count, 3, "{:?}", out.errors);
         let v = out.tables[0].batch.column_by_name("v").unwrap();
-        assert_eq!(
-            v.as_primitive::<Float64Type>().value(0),
-            2.0,
-            "last value wins"
-        );
+        let v = v.as_primitive::<Float64Type>();
+        // the last value wins, also over an earlier value of another type
+        assert_eq!((v.value(0), v.value(1), v.value(2)), (2.0, 3.0, 5.0));
     }
 
     #[test]
