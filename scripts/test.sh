@@ -28,10 +28,15 @@ fi
 echo "==> cargo test --workspace"
 cargo test --workspace
 
-echo "==> building the quiver binary for the end-to-end tests"
-cargo build -p quiver-server --bin quiver
+# `cargo test` built target/debug/quiver for the integration tests (with the same features;
+# a separate `cargo build` would resolve features without dev-dependencies and rebuild half
+# the dependency tree).
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 export QUIVER_BIN="$(cd "$TARGET_DIR" && pwd)/debug/quiver"
+if [[ ! -x "$QUIVER_BIN" ]]; then
+    echo "expected $QUIVER_BIN to be built by cargo test" >&2
+    exit 1
+fi
 
 echo "==> Python end-to-end tests"
 "$VENV/bin/python" -m pytest -q tests/python "$@"
