@@ -140,6 +140,15 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         .await
         .map_err(io_error("HTTP server failed"))?;
     store.close();
+    if let Some(wal) = store.wal_stats() {
+        tracing::info!(
+            records = wal.records,
+            bytes = wal.bytes,
+            group_commits = wal.groups,
+            fsyncs = wal.syncs,
+            "WAL totals since start"
+        );
+    }
     tracing::info!("quiver stopped");
     Ok(())
 }
