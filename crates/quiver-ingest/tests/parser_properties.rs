@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, FieldValue, LineParser, NoExistingTables, ParsedLine,
-    Precision,
+    decode_line_protocol, DecodeOptions, DecodedWrite, FieldValue, LineParser, NoExistingTables,
+    ParsedLine, Precision,
 };
 
 #[derive(Debug, Clone)]
@@ -108,6 +108,23 @@ fn same_value(parsed: &FieldValue<'_>, written: &Value) -> bool {
     }
 }
 
+/// Decodes `body` (reporting up to 1,000 errors) and checks that every accepted line is a row.
+fn decode_checked(body: &[u8], precision: Precision) -> Result<DecodedWrite, TestCaseError> {
+    let options = DecodeOptions {
+        precision,
+        default_time_ns: 1_700_000_000_000_000_000,
+        max_reported_errors: 1_000,
+    };
+    let decoded = decode_line_protocol(body, &options, &NoExistingTables);
+    let rows: usize = decoded.tables.iter().map(|t| t.batch.num_rows()).sum();
+    prop_assert_eq!(rows, decoded.accepted_lines);
+    Ok(decoded)
+}
+
+fn physical_lines(body: &[u8]) -> usize {
+    body.iter().filter(|&&b| b == b'\n').count() + 1
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -135,16 +152,9 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(body in prop::collection::vec(any::<u8>(), 0..512)) {
-        let options = DecodeOptions {
-            precision: Precision::Auto,
-            default_time_ns: 1_700_000_000_000_000_000,
-            max_reported_errors: 1_000,
-        };
-        let decoded = decode_line_protocol(&body, &options, &NoExistingTables);
-        let rows: usize = decoded.tables.iter().map(|t| t.batch.num_rows()).sum();
-        prop_assert_eq!(rows, decoded.accepted_lines);
+        let decoded = decode_checked(&body, Precision::Auto)?;
         prop_assert_eq!(decoded.errors.len(), decoded.error_count);
-        let physical_lines = body.iter().filter(|&&b| b == b'\n').count() + 1;
+        let physical_lines = physical_lines(&body);
         for error in &decoded.errors {
             prop_assert!(error.line_number >= 1 && error.line_number <= physical_lines);
             prop_assert!(!error.message.is_empty());
@@ -156,17 +166,9 @@ proptest! {
         let mut body = encode(&point).into_bytes();
         let at = cut.index(body.len());
         body.insert(at, byte);
-        let options = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
-        let decoded = decode_line_protocol(&body, &options, &NoExistingTables);
-        let rows: usize = decoded.tables.iter().map(|t| t.batch.num_rows()).sum();
-        prop_assert_eq!(rows, decoded.accepted_lines);
+        let decoded = decode_checked(&body, Precision::Nanosecond)?;
         // one inserted byte can split lines, unbalance a string's quotes, make a comment...
         // but never yield more entries than there are physical lines
-        let physical_lines = body.iter().filter(|&&b| b == b'\n').count() + 1;
-        prop_assert!(decoded.accepted_lines + decoded.error_count <= physical_lines);
+        prop_assert!(decoded.accepted_lines + decoded.error_count <= physical_lines(&body));
     }
 }
