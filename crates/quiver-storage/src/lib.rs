@@ -21,7 +21,7 @@ use quiver_wal::{Apply, Wal};
 
 pub use dedup::sort_and_deduplicate;
 pub use error::StorageError;
-pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalOptions, WalStats};
+pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use table::{PreparedRows, Table, TableSnapshot};
 
 /// Bounds that keep hostile or runaway writes from exhausting memory.

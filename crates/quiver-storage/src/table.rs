@@ -138,13 +138,6 @@ impl Table {
 /// [`apply_rows`] (directly, or by the WAL's commit thread once the write is durable).
 pub struct PreparedRows(Vec<(Arc<Table>, RecordBatch)>);
 
-impl PreparedRows {
-    /// Number of rows.
-    pub fn num_rows(&self) -> usize {
-        self.0.iter().map(|(_, b)| b.num_rows()).sum()
-    }
-}
-
 impl std::fmt::Debug for PreparedRows {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()

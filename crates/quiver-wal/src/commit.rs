@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::future::Future;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -169,7 +169,10 @@ impl<T: Send + 'static> Wal<T> {
     ) -> impl Future<Output = Result<u64, WalError>> + Send + 'static {
         let (done, receiver) = oneshot::channel();
         let rejected = if payload.len() > self.max_record_bytes {
-            Some(WalError::RecordTooLarge(payload.len()))
+            Some(WalError::RecordTooLarge {
+                size: payload.len(),
+                limit: self.max_record_bytes,
+            })
         } else {
             let mut queue = self.shared.queue.lock();
             match (&queue.failed, queue.shutdown) {
@@ -205,11 +208,6 @@ impl<T: Send + 'static> Wal<T> {
             syncs: self.shared.syncs.load(Ordering::Relaxed),
             groups: self.shared.groups.load(Ordering::Relaxed),
         }
-    }
-
-    /// The segment directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Deletes closed segments all of whose records have sequence numbers `<= seq` (their
@@ -362,6 +360,7 @@ impl<T: Send + 'static, S: Apply<T>> Committer<T, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// Records what was applied, in order.
     #[derive(Clone, Default)]
@@ -454,7 +453,7 @@ mod tests {
         let (wal, _) = Wal::open(opts, |_, _| Ok(()), Log::default()).unwrap();
         assert!(matches!(
             wal.append(vec![0; 9], 1, Durability::Sync).await,
-            Err(WalError::RecordTooLarge(9))
+            Err(WalError::RecordTooLarge { size: 9, limit: 8 })
         ));
         assert_eq!(
             wal.append(vec![0; 8], 2, Durability::NoSync).await.unwrap(),

@@ -54,8 +54,13 @@ pub enum WalError {
         path: PathBuf,
     },
     /// A payload is larger than a record may be.
-    #[error("WAL record of {0} bytes exceeds the maximum record size")]
-    RecordTooLarge(usize),
+    #[error("the write needs a WAL record of {size} bytes, more than the maximum of {limit}")]
+    RecordTooLarge {
+        /// The payload size.
+        size: usize,
+        /// The maximum record size.
+        limit: usize,
+    },
     /// The commit thread stopped after an I/O error; no further writes are accepted.
     #[error("the WAL is closed after an earlier write or sync failure: {0}")]
     Closed(String),

@@ -4,7 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use quiver_query::QueryError;
-use quiver_storage::StorageError;
+use quiver_storage::{StorageError, WalError};
 use serde_json::{json, Value};
 
 /// An error response.
@@ -71,6 +71,7 @@ impl From<StorageError> for ApiError {
             StorageError::Arrow(_) | StorageError::CorruptRecord(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            StorageError::Wal(WalError::RecordTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             // the write was not acknowledged: the log is failing or the server is stopping
             StorageError::Wal(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
