@@ -3,9 +3,12 @@
 //! 400 for a corrupt stream).
 
 use std::io::Read;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
+use bytes::BytesMut;
+use http_body_util::BodyExt;
 
 use super::error::ApiError;
 
@@ -15,11 +18,19 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     decode_content(headers, raw, limit)
 }
 
+/// How much of an oversized body the server reads and discards before answering 413, so a
+/// client still sending can read the answer instead of failing with a broken pipe. Beyond
+/// this (or [`DRAIN_TIMEOUT`]) the connection is simply closed.
+const DRAIN_LIMIT_BYTES: u64 = 64 << 20;
+
+/// How long the server keeps discarding an oversized body before closing the connection.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Reads a body of at most `limit` bytes as sent (still compressed); decode it with
 /// [`decode_content`], which is CPU work worth moving off the async workers for big bodies.
 pub async fn read_raw_body(
     headers: &HeaderMap,
-    body: Body,
+    mut body: Body,
     limit: usize,
 ) -> Result<Bytes, ApiError> {
     let too_large = || {
@@ -28,27 +39,48 @@ pub async fn read_raw_body(
             format!("request body exceeds the limit of {limit} bytes (max_request_bytes)"),
         )
     };
-    if let Some(length) = headers
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared {
         if length > limit as u64 {
+            if length <= DRAIN_LIMIT_BYTES {
+                drain(body, length).await;
+            }
             return Err(too_large());
         }
     }
-    match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Ok(bytes),
-        Err(e) => {
-            let length_limit = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            Err(if length_limit {
-                too_large()
-            } else {
-                ApiError::bad_request(format!("failed to read the request body: {e}"))
-            })
+    let mut collected = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if collected.len() + data.len() > limit {
+            drain(body, DRAIN_LIMIT_BYTES).await;
+            return Err(too_large());
         }
+        collected.extend_from_slice(&data);
     }
+    Ok(collected.freeze())
+}
+
+/// Reads and discards up to `max_bytes` more of `body`, for at most [`DRAIN_TIMEOUT`].
+async fn drain(mut body: Body, max_bytes: u64) {
+    let discard = async {
+        let mut seen = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                seen += data.len() as u64;
+                if seen > max_bytes {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, discard).await;
 }
 
 /// Decompresses `raw` per the request's `Content-Encoding`, to at most `limit` bytes.
