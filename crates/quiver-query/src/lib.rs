@@ -1,11 +1,16 @@
 //! `quiver-query` answers SQL: a DataFusion session whose catalog is the store (a database is
-//! a SQL schema, a line-protocol measurement a table) and whose tables read the write buffer.
+//! a SQL schema, a line-protocol measurement a table) and whose tables read the write buffer and
+//! the Parquet files it was persisted to, deduplicated across both.
 //!
 //! It knows nothing of HTTP, gRPC or the Postgres wire protocol: callers hand it a database
 //! name and a statement and get back an Arrow schema and a stream of record batches.
 
 mod catalog;
+mod dedup_exec;
 mod engine;
+mod provider;
 
 pub use catalog::{QuiverCatalog, CATALOG_NAME};
+pub use dedup_exec::DeduplicateExec;
 pub use engine::{QueryEngine, QueryError, QueryOptions, QueryOutput};
+pub use provider::QuiverTable;

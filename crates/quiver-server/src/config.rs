@@ -48,6 +48,17 @@ pub struct Config {
     /// Corruption in the middle of the WAL at startup: `strict` refuses to start (naming the
     /// file and offset), `truncate` drops the corrupt record and everything after it.
     pub wal_recovery: String,
+    /// The write buffer is persisted to Parquet once it holds this many bytes of Arrow data.
+    pub persist_buffer_bytes: usize,
+    /// The buffer is persisted once its oldest write is this many seconds old.
+    pub persist_max_age_secs: u64,
+    /// Writes wait for persistence once the buffer holds this many bytes (and fail with 503 if
+    /// persisting is failing): the bound on buffer memory.
+    pub max_buffer_bytes: usize,
+    /// Length of a Parquet time partition in hours (24: one directory per day).
+    pub partition_hours: u64,
+    /// Rows per Parquet row group.
+    pub parquet_row_group_rows: usize,
 }
 
 impl Default for Config {
@@ -69,6 +80,11 @@ impl Default for Config {
             wal_fsync: true,
             wal_segment_bytes: 64 << 20,
             wal_recovery: "strict".into(),
+            persist_buffer_bytes: 256 << 20,
+            persist_max_age_secs: 600,
+            max_buffer_bytes: 512 << 20,
+            partition_hours: 24,
+            parquet_row_group_rows: 128 * 1024,
         }
     }
 }
@@ -193,12 +209,24 @@ impl Config {
                 self.wal_recovery
             )));
         }
+        self.persist_options().validate().map_err(ConfigError)?;
         if self.max_request_bytes == 0 {
             return Err(ConfigError(
                 "max_request_bytes must be greater than 0".into(),
             ));
         }
         Ok(())
+    }
+
+    /// When and how the write buffer is persisted to Parquet.
+    pub fn persist_options(&self) -> quiver_storage::PersistOptions {
+        quiver_storage::PersistOptions {
+            persist_bytes: self.persist_buffer_bytes,
+            max_buffer_bytes: self.max_buffer_bytes,
+            max_age: std::time::Duration::from_secs(self.persist_max_age_secs),
+            partition: std::time::Duration::from_secs(self.partition_hours.saturating_mul(3600)),
+            row_group_rows: self.parquet_row_group_rows,
+        }
     }
 
     /// The configuration as TOML, as `quiver config` prints it.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use quiver_query::{QueryEngine, QueryOptions};
-use quiver_storage::{Store, StoreLimits, WalOptions};
+use quiver_storage::{Store, StoreLimits, StoreOptions, WalOptions};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
@@ -94,15 +94,24 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         recovery: config.wal_recovery.parse().map_err(ServeError::Config)?,
     };
     let started = std::time::Instant::now();
-    let (store, replayed) = Store::open(limits, wal)?;
+    let options = StoreOptions {
+        data_dir: config.data_dir.clone(),
+        wal,
+        persist: config.persist_options(),
+    };
+    let (store, opened) = Store::open(limits, options)?;
     tracing::info!(
-        segments = replayed.segments,
-        records = replayed.records,
-        bytes = replayed.bytes,
-        last_sequence = replayed.last_seq,
-        torn_tail = ?replayed.truncated_at,
+        parquet_files = opened.files,
+        persisted_through_seq = opened.persisted_through_seq,
+        orphaned_files_removed = opened.orphans_removed,
+        wal_segments = opened.replay.segments,
+        wal_records = opened.replay.records,
+        wal_records_applied = opened.replayed_records,
+        wal_bytes = opened.replay.bytes,
+        last_sequence = opened.replay.last_seq,
+        torn_tail = ?opened.replay.truncated_at,
         elapsed_ms = started.elapsed().as_millis() as u64,
-        "WAL replayed"
+        "storage opened: catalog loaded, WAL replayed"
     );
     if !config.wal_fsync {
         tracing::warn!(
@@ -147,6 +156,17 @@ async fn serve(config: Config) -> Result<(), ServeError> {
             group_commits = wal.groups,
             fsyncs = wal.syncs,
             "WAL totals since start"
+        );
+    }
+    if let Some(persist) = store.persist_stats() {
+        tracing::info!(
+            persists = persist.persists,
+            files = persist.files,
+            rows = persist.rows,
+            parquet_bytes = persist.bytes,
+            failures = persist.failures,
+            buffered_bytes = persist.buffered_bytes,
+            "persistence totals since start"
         );
     }
     tracing::info!("quiver stopped");

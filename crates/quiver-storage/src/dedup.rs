@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use quiver_ingest::schema::ColumnType;
 
 use crate::error::StorageError;
@@ -18,43 +18,102 @@ use crate::error::StorageError;
 ///
 /// Input rows must be in write order (earlier writes first): that order breaks ties.
 pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageError> {
-    let rows = batch.num_rows();
-    if rows == 0 {
+    if batch.num_rows() == 0 {
         return Ok(batch.clone());
     }
+    let (key_columns, field_columns) = key_and_field_columns(batch)?;
+    let keys = row_keys(batch, &key_columns)?;
+    let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
+    // Stable: rows with equal keys keep write order.
+    order.sort_by(|&a, &b| keys.row(a as usize).cmp(&keys.row(b as usize)));
+    merge_groups(batch, &keys, &order, &field_columns)
+}
+
+/// Merges duplicate (series, time) rows of a batch that is already sorted by the columns
+/// `key_columns` (every tag, then time) and, among equal keys, by write order. For each
+/// column in `field_columns` the latest non-null value wins; every other column takes the
+/// group's first row.
+pub fn deduplicate_sorted(
+    batch: &RecordBatch,
+    key_columns: &[usize],
+    field_columns: &[usize],
+) -> Result<RecordBatch, StorageError> {
+    if batch.num_rows() == 0 {
+        return Ok(batch.clone());
+    }
+    let keys = row_keys(batch, key_columns)?;
+    let order: Vec<u32> = (0..batch.num_rows() as u32).collect();
+    merge_groups(batch, &keys, &order, field_columns)
+}
+
+/// The index of the first row of the last key group of a sorted batch (0 if empty): the rows
+/// from there on may continue in the next batch of a sorted stream.
+pub fn last_group_start(batch: &RecordBatch, key_columns: &[usize]) -> Result<usize, StorageError> {
+    let rows = batch.num_rows();
+    if rows <= 1 {
+        return Ok(0);
+    }
+    let keys = row_keys(batch, key_columns)?;
+    let last = keys.row(rows - 1);
+    let mut start = rows - 1;
+    while start > 0 && keys.row(start - 1) == last {
+        start -= 1;
+    }
+    Ok(start)
+}
+
+/// Indices of the key columns (every tag in schema order, then time) and of the field columns.
+fn key_and_field_columns(batch: &RecordBatch) -> Result<(Vec<usize>, Vec<usize>), StorageError> {
     let schema = batch.schema();
-    let mut key_columns: Vec<ArrayRef> = Vec::new();
-    let mut is_field = Vec::with_capacity(schema.fields().len());
+    let mut keys = Vec::new();
+    let mut fields = Vec::new();
     for (i, field) in schema.fields().iter().enumerate() {
-        let column_type = ColumnType::from_arrow(field.name(), field.data_type());
-        if column_type == Some(ColumnType::Tag) {
-            key_columns.push(batch.column(i).clone());
+        match ColumnType::from_arrow(field.name(), field.data_type()) {
+            Some(ColumnType::Tag) => keys.push(i),
+            Some(ColumnType::Field(_)) => fields.push(i),
+            _ => {}
         }
-        is_field.push(matches!(column_type, Some(ColumnType::Field(_))));
     }
     // Time is the last key column: series first, then time.
-    let time_index = schema.index_of(quiver_ingest::schema::TIME_COLUMN)?;
-    key_columns.push(batch.column(time_index).clone());
+    keys.push(schema.index_of(quiver_ingest::schema::TIME_COLUMN)?);
+    Ok((keys, fields))
+}
 
+fn row_keys(batch: &RecordBatch, key_columns: &[usize]) -> Result<Rows, StorageError> {
+    let columns: Vec<ArrayRef> = key_columns
+        .iter()
+        .map(|&i| batch.column(i).clone())
+        .collect();
     let converter = RowConverter::new(
-        key_columns
+        columns
             .iter()
             .map(|c| SortField::new(c.data_type().clone()))
             .collect(),
     )?;
-    let keys = converter.convert_columns(&key_columns)?;
-    let mut order: Vec<u32> = (0..rows as u32).collect();
-    // Stable: rows with equal keys keep write order.
-    order.sort_by(|&a, &b| keys.row(a as usize).cmp(&keys.row(b as usize)));
+    Ok(converter.convert_columns(&columns)?)
+}
 
+/// Takes rows in `order`, merging runs of equal keys.
+fn merge_groups(
+    batch: &RecordBatch,
+    keys: &Rows,
+    order: &[u32],
+    field_columns: &[usize],
+) -> Result<RecordBatch, StorageError> {
+    let rows = order.len();
     let mut group_starts = Vec::with_capacity(rows);
     for (position, &row) in order.iter().enumerate() {
         if position == 0 || keys.row(order[position - 1] as usize) != keys.row(row as usize) {
             group_starts.push(position);
         }
     }
-    let sorted = UInt32Array::from(order.clone());
+    let schema = batch.schema();
+    let in_order = order.iter().enumerate().all(|(i, &row)| i as u32 == row);
     if group_starts.len() == rows {
+        if in_order {
+            return Ok(batch.clone());
+        }
+        let sorted = UInt32Array::from(order.to_vec());
         let columns = batch
             .columns()
             .iter()
@@ -66,8 +125,8 @@ pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageE
     let first_of_group: UInt32Array = group_starts.iter().map(|&s| order[s]).collect();
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (i, column) in batch.columns().iter().enumerate() {
-        let indices = if is_field[i] {
-            Arc::new(latest_non_null_per_group(column, &order, &group_starts))
+        let indices = if field_columns.contains(&i) {
+            Arc::new(latest_non_null_per_group(column, order, &group_starts))
         } else {
             Arc::new(first_of_group.clone())
         };

@@ -74,4 +74,38 @@ pub enum StorageError {
     /// A WAL record could not be decoded during replay.
     #[error("corrupt WAL record: {0}")]
     CorruptRecord(String),
+    /// A file of the data directory could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The catalog file is unreadable or inconsistent.
+    #[error("catalog: {0}")]
+    Catalog(String),
+    /// Writing or reading a Parquet file failed.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// The write buffer is full and persisting it to Parquet is failing.
+    #[error("the write buffer is full ({buffered} of {limit} bytes) and persisting it failed: {reason}; writes resume once persistence succeeds")]
+    BufferFull {
+        /// Bytes buffered.
+        buffered: usize,
+        /// The configured maximum (`max_buffer_bytes`).
+        limit: usize,
+        /// The last persistence error.
+        reason: String,
+    },
+}
+
+impl StorageError {
+    /// An I/O error on `path`.
+    pub fn io(path: &std::path::Path, source: std::io::Error) -> Self {
+        StorageError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }

@@ -1,45 +1,93 @@
-//! One table's buffered data: its schema (which only grows), its Arrow chunks in write order,
-//! its version, and the deduplicated snapshot that queries read.
+//! One table's data: its schema (which only grows), its buffered Arrow chunks in write order,
+//! the chunks being persisted, its Parquet files, its version, and the snapshot that queries
+//! read.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, TimestampNanosecondArray};
 use arrow::datatypes::{Schema, SchemaRef};
 use parking_lot::RwLock;
 use quiver_ingest::schema::ColumnType;
 
+use crate::catalog::FileEntry;
 use crate::dedup::sort_and_deduplicate;
 use crate::error::StorageError;
 use crate::StoreLimits;
 
-/// The rows of a table at one version, ready for queries: every column of the current schema,
-/// sorted by series key (tags) then time, with "same series + same time: later write wins per
-/// field" already applied.
+/// A consistent view of a table for one query: the buffered rows (deduplicated, sorted by
+/// series key then time, "same series + same time: later write wins per field" applied) and
+/// the Parquet files, taken at the same instant so that no row is in both or in neither.
+///
+/// Rows in `files` are older writes than rows in `batches`, and later files hold later writes
+/// than earlier ones; readers merging overlapping sources must respect that order.
 #[derive(Debug)]
 pub struct TableSnapshot {
     /// The table version these rows reflect.
     pub version: u64,
     /// The table schema at that version (columns sorted by name).
     pub schema: SchemaRef,
-    /// The rows (one batch today; a list so persisted files can join later).
+    /// The buffered rows (one batch, possibly empty).
     pub batches: Vec<RecordBatch>,
+    /// The table's Parquet files, in write order.
+    pub files: Arc<Vec<Arc<ParquetFile>>>,
 }
 
 impl TableSnapshot {
-    /// Number of rows in the snapshot.
+    /// Number of buffered rows in the snapshot.
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(RecordBatch::num_rows).sum()
     }
+
+    /// Smallest and largest `time` of the buffered rows, if there are any.
+    pub fn buffer_time_range(&self) -> Option<(i64, i64)> {
+        time_range(&self.batches)
+    }
+}
+
+/// One immutable Parquet file of a table, as the catalog describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParquetFile {
+    /// The catalog entry (id, partition, time range, rows, bytes).
+    pub entry: FileEntry,
+    /// Absolute path of the file.
+    pub path: PathBuf,
+}
+
+/// A table's buffered rows taken out of the live buffer by a persist, with what persisting
+/// them needs to know.
+pub(crate) struct FrozenRows {
+    /// The table.
+    pub table: Arc<Table>,
+    /// Schema when frozen (every chunk is widened to it).
+    pub schema: SchemaRef,
+    /// Columns when frozen.
+    pub columns: Vec<(String, ColumnType)>,
+    /// Version when frozen: every write up to this version is in `chunks` or in files.
+    pub version: u64,
+    /// Chunks in write order.
+    pub chunks: Arc<Vec<RecordBatch>>,
+    /// Bytes the chunks were counted as when buffered.
+    pub bytes: usize,
 }
 
 struct TableState {
     columns: BTreeMap<String, ColumnType>,
     schema: SchemaRef,
-    /// Appended batches in write order, each with the schema it was written with.
-    chunks: Vec<RecordBatch>,
+    /// Chunks appended since the last freeze, in write order, each with the schema it was
+    /// written with.
+    live: Vec<RecordBatch>,
+    /// Bytes appended to `live` (as counted when appended).
+    live_bytes: usize,
+    /// Chunks being persisted (older than every live chunk), and their byte count.
+    frozen: Option<(Arc<Vec<RecordBatch>>, usize)>,
+    /// Persisted files in write order.
+    files: Arc<Vec<Arc<ParquetFile>>>,
     version: u64,
-    buffered_bytes: usize,
+    /// Bumped whenever chunks move between `live`, `frozen` and `files`, so a snapshot
+    /// computed across such a move is neither cached nor used to compact `live`.
+    generation: u64,
     snapshot: Option<Arc<TableSnapshot>>,
 }
 
@@ -57,16 +105,31 @@ impl std::fmt::Debug for Table {
 
 impl Table {
     pub(crate) fn new(name: String) -> Self {
+        Table::restore(name, Vec::new(), 0, Vec::new())
+    }
+
+    /// A table as the catalog recorded it: its columns, version and files.
+    pub(crate) fn restore(
+        name: String,
+        columns: Vec<(String, ColumnType)>,
+        version: u64,
+        files: Vec<Arc<ParquetFile>>,
+    ) -> Self {
+        let mut state = TableState {
+            columns: BTreeMap::new(),
+            schema: Arc::new(Schema::empty()),
+            live: Vec::new(),
+            live_bytes: 0,
+            frozen: None,
+            files: Arc::new(files),
+            version,
+            generation: 0,
+            snapshot: None,
+        };
+        add_columns(&mut state, columns);
         Table {
             name,
-            state: RwLock::new(TableState {
-                columns: BTreeMap::new(),
-                schema: Arc::new(Schema::empty()),
-                chunks: Vec::new(),
-                version: 0,
-                buffered_bytes: 0,
-                snapshot: None,
-            }),
+            state: RwLock::new(state),
         }
     }
 
@@ -91,46 +154,139 @@ impl Table {
         self.state.read().version
     }
 
-    /// Bytes of Arrow data buffered for this table.
+    /// Bytes of Arrow data buffered for this table (live and being persisted).
     pub fn buffered_bytes(&self) -> usize {
-        self.state.read().buffered_bytes
+        let state = self.state.read();
+        state.live_bytes + state.frozen.as_ref().map_or(0, |(_, bytes)| *bytes)
     }
 
-    /// The rows as of now, deduplicated. Cached per version: repeated reads between writes
-    /// cost an `Arc` clone. Computed outside the lock so writers are never blocked by it.
+    /// The table's Parquet files, in write order.
+    pub fn files(&self) -> Arc<Vec<Arc<ParquetFile>>> {
+        self.state.read().files.clone()
+    }
+
+    /// The rows as of now: buffered rows deduplicated, plus the file list. Cached per
+    /// version: repeated reads between writes cost an `Arc` clone. Computed outside the lock
+    /// so writers are never blocked by it.
     pub fn snapshot(&self) -> Result<Arc<TableSnapshot>, StorageError> {
-        let (version, schema, chunks) = {
+        let (version, generation, schema, frozen, live, files) = {
             let state = self.state.read();
             if let Some(snapshot) = &state.snapshot {
                 return Ok(snapshot.clone());
             }
-            (state.version, state.schema.clone(), state.chunks.clone())
+            (
+                state.version,
+                state.generation,
+                state.schema.clone(),
+                state.frozen.as_ref().map(|(chunks, _)| chunks.clone()),
+                state.live.clone(),
+                state.files.clone(),
+            )
         };
-        let aligned = chunks
-            .iter()
-            .map(|chunk| align_to_schema(chunk, &schema))
-            .collect::<Result<Vec<_>, _>>()?;
-        let merged = arrow::compute::concat_batches(&schema, &aligned)?;
-        let deduplicated = sort_and_deduplicate(&merged)?;
+        let frozen_chunks = frozen.as_deref().map_or(&[][..], |c| c.as_slice());
+        let merged = merge_chunks(&schema, frozen_chunks.iter().chain(&live))?;
         let snapshot = Arc::new(TableSnapshot {
             version,
             schema,
-            batches: vec![deduplicated],
+            batches: vec![merged],
+            files,
         });
         let mut state = self.state.write();
-        if state.version == version && Arc::ptr_eq(&state.schema, &snapshot.schema) {
-            // Nothing was written meanwhile: the snapshot replaces the chunks it covers, so the
-            // next snapshot only merges what arrives after it.
-            state.chunks = snapshot.batches.clone();
-            state.buffered_bytes = snapshot
-                .batches
-                .iter()
-                .map(RecordBatch::get_array_memory_size)
-                .sum();
+        if state.version == version
+            && state.generation == generation
+            && Arc::ptr_eq(&state.schema, &snapshot.schema)
+        {
+            if frozen.is_none() {
+                // Nothing was written meanwhile: the snapshot replaces the chunks it covers, so
+                // the next snapshot only merges what arrives after it.
+                state.live = snapshot.batches.clone();
+            }
             state.snapshot = Some(snapshot.clone());
         }
         Ok(snapshot)
     }
+
+    /// Moves the live chunks out for persisting (they stay readable until
+    /// [`Table::complete_persist`]). `None` if nothing is buffered. The caller holds the
+    /// store's apply gate, so the chunks are exactly the writes applied so far.
+    pub(crate) fn freeze(self: &Arc<Self>) -> Option<FrozenRows> {
+        let mut state = self.state.write();
+        assert!(state.frozen.is_none(), "one persist at a time");
+        if state.live.is_empty() {
+            return None;
+        }
+        let chunks = Arc::new(std::mem::take(&mut state.live));
+        let bytes = std::mem::take(&mut state.live_bytes);
+        state.frozen = Some((chunks.clone(), bytes));
+        // The cached snapshot still shows exactly these rows; a snapshot being computed now
+        // must not put the chunks it read back into `live`.
+        state.generation += 1;
+        Some(FrozenRows {
+            table: self.clone(),
+            schema: state.schema.clone(),
+            columns: state.columns.iter().map(|(n, t)| (n.clone(), *t)).collect(),
+            version: state.version,
+            chunks,
+            bytes,
+        })
+    }
+
+    /// Replaces the frozen chunks by the files they were persisted to: one pointer swap.
+    pub(crate) fn complete_persist(&self, new_files: Vec<Arc<ParquetFile>>) {
+        let mut state = self.state.write();
+        let mut files = state.files.as_ref().clone();
+        files.extend(new_files);
+        state.files = Arc::new(files);
+        state.frozen = None;
+        state.generation += 1;
+        state.snapshot = None;
+    }
+
+    /// Puts frozen chunks back in front of the live ones after a failed persist.
+    pub(crate) fn abort_persist(&self) {
+        let mut state = self.state.write();
+        if let Some((chunks, bytes)) = state.frozen.take() {
+            let mut live = chunks.as_ref().clone();
+            live.append(&mut state.live);
+            state.live = live;
+            state.live_bytes += bytes;
+            state.generation += 1;
+            state.snapshot = None;
+        }
+    }
+}
+
+/// Widens chunks (in write order) to `schema`, concatenates them, sorts by series then time
+/// and applies "later write wins".
+pub(crate) fn merge_chunks<'a>(
+    schema: &SchemaRef,
+    chunks: impl Iterator<Item = &'a RecordBatch>,
+) -> Result<RecordBatch, StorageError> {
+    let aligned = chunks
+        .map(|chunk| align_to_schema(chunk, schema))
+        .collect::<Result<Vec<_>, _>>()?;
+    let merged = arrow::compute::concat_batches(schema, &aligned)?;
+    sort_and_deduplicate(&merged)
+}
+
+/// Smallest and largest `time` in `batches`, if they hold any rows.
+pub(crate) fn time_range(batches: &[RecordBatch]) -> Option<(i64, i64)> {
+    let mut range: Option<(i64, i64)> = None;
+    for batch in batches {
+        let Some(time) = batch.column_by_name(quiver_ingest::schema::TIME_COLUMN) else {
+            continue;
+        };
+        let Some(time) = time.as_any().downcast_ref::<TimestampNanosecondArray>() else {
+            continue;
+        };
+        if let (Some(lo), Some(hi)) = (arrow::compute::min(time), arrow::compute::max(time)) {
+            range = Some(match range {
+                Some((a, b)) => (a.min(lo), b.max(hi)),
+                None => (lo, hi),
+            });
+        }
+    }
+    range
 }
 
 /// Rows for several tables that passed every check and whose new columns are already part of
@@ -184,14 +340,14 @@ pub(crate) fn prepare_rows(
 }
 
 /// Appends prepared rows, all tables at once (readers see all of them or none), and returns
-/// the tables' new versions in table-name order.
-pub(crate) fn apply_rows(rows: PreparedRows) -> Vec<u64> {
+/// the bytes added to the buffer.
+pub(crate) fn apply_rows(rows: PreparedRows) -> usize {
     let mut guards: Vec<_> = rows.0.iter().map(|(t, _)| t.state.write()).collect();
     guards
         .iter_mut()
         .zip(rows.0.iter())
         .map(|(state, (_, batch))| push_chunk(state, batch.clone()))
-        .collect()
+        .sum()
 }
 
 impl Table {
@@ -250,12 +406,13 @@ fn add_columns(state: &mut TableState, added: Vec<(String, ColumnType)>) {
     state.snapshot = None;
 }
 
-fn push_chunk(state: &mut TableState, batch: RecordBatch) -> u64 {
-    state.buffered_bytes += batch.get_array_memory_size();
-    state.chunks.push(batch);
+fn push_chunk(state: &mut TableState, batch: RecordBatch) -> usize {
+    let bytes = batch.get_array_memory_size();
+    state.live_bytes += bytes;
+    state.live.push(batch);
     state.version += 1;
     state.snapshot = None;
-    state.version
+    bytes
 }
 
 /// Concatenates two batches of one table whose schemas may differ in their column sets.

@@ -68,9 +68,12 @@ impl From<StorageError> for ApiError {
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }
             | StorageError::TooManyDatabases { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            StorageError::Arrow(_) | StorageError::CorruptRecord(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            StorageError::Arrow(_)
+            | StorageError::CorruptRecord(_)
+            | StorageError::Io { .. }
+            | StorageError::Catalog(_)
+            | StorageError::Parquet(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            StorageError::BufferFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             StorageError::Wal(WalError::RecordTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             // the write was not acknowledged: the log is failing or the server is stopping
             StorageError::Wal(_) => StatusCode::SERVICE_UNAVAILABLE,

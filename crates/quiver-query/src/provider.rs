@@ -1,0 +1,659 @@
+//! `QuiverTable`: the DataFusion table provider over one table's buffered rows and Parquet
+//! files.
+//!
+//! A scan takes a [`TableSnapshot`] (buffer and file list at one instant), drops files (and
+//! the buffer) whose time range cannot match the query's `time` filters, and splits the rest
+//! into groups whose time ranges overlap:
+//! - a source that overlaps nothing is scanned as is: files by one Parquet scan with the
+//!   projection and every filter pushed in (row-group statistics and page index prune), the
+//!   buffer from memory;
+//! - sources that overlap may hold the same (series, time) point, so each is scanned sorted
+//!   (every file is written sorted by series then time, the buffer snapshot is sorted), tagged
+//!   with its write order, merged by a `SortPreservingMergeExec` and deduplicated by
+//!   [`DeduplicateExec`] (later write wins per field). Only `time` range filters are pushed
+//!   below the deduplication: a filter on a field could hide the newer row of a point and let
+//!   an older value through, and equalities would corrupt the merge order (see
+//!   `Scan::time_range_predicate`).
+//!
+//! Every filter is reported as `Inexact`, so DataFusion still applies all of them on top.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::object_store::ObjectStoreUrl;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
+};
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::ExecutionPlan;
+use quiver_ingest::schema::{ColumnType, TIME_COLUMN};
+use quiver_storage::{ParquetFile, Table, TableSnapshot};
+
+use crate::dedup_exec::DeduplicateExec;
+
+/// Name of the column that carries a source's write order into the merge.
+const SOURCE_COLUMN: &str = "__quiver_source";
+
+/// A table read from the write buffer and its Parquet files.
+///
+/// The schema is captured when the query is planned; the data is read at scan time. Schemas
+/// only grow, so the snapshot has every planned column (results are projected back to the
+/// planned schema).
+pub struct QuiverTable {
+    table: Arc<Table>,
+    schema: SchemaRef,
+}
+
+impl QuiverTable {
+    /// A provider for `table` with its current schema.
+    pub fn new(table: Arc<Table>) -> Self {
+        let schema = table.schema();
+        QuiverTable { table, schema }
+    }
+}
+
+impl fmt::Debug for QuiverTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QuiverTable({})", self.table.name())
+    }
+}
+
+/// One place rows of the table come from, in write order.
+#[derive(Clone)]
+enum Source {
+    File(Arc<ParquetFile>),
+    Buffer,
+}
+
+#[async_trait]
+impl TableProvider for QuiverTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let snapshot = self
+            .table
+            .snapshot()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let projected = Arc::new(
+            self.schema.project(
+                &projection
+                    .cloned()
+                    .unwrap_or_else(|| (0..self.schema.fields().len()).collect()),
+            )?,
+        );
+        let scan = Scan {
+            state,
+            snapshot: &snapshot,
+            planned: &self.schema,
+            projected: &projected,
+            projection,
+            filters,
+        };
+        let bounds = time_bounds(filters);
+        let mut sources: Vec<(Source, (i64, i64))> = snapshot
+            .files
+            .iter()
+            .map(|f| (f.entry.min_time_ns, f.entry.max_time_ns, f))
+            .filter(|(lo, hi, _)| bounds.overlaps(*lo, *hi))
+            .map(|(lo, hi, f)| (Source::File(f.clone()), (lo, hi)))
+            .collect();
+        if let Some((lo, hi)) = snapshot.buffer_time_range() {
+            if bounds.overlaps(lo, hi) {
+                sources.push((Source::Buffer, (lo, hi)));
+            }
+        }
+        let mut alone_files = Vec::new();
+        let mut parts: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        for group in overlapping_groups(sources) {
+            match group.as_slice() {
+                [Source::File(file)] => alone_files.push(file.clone()),
+                [Source::Buffer] => parts.push(scan.buffer()?),
+                _ => parts.push(scan.deduplicated(&group)?),
+            }
+        }
+        if !alone_files.is_empty() {
+            parts.insert(0, scan.files(&alone_files)?);
+        }
+        match parts.len() {
+            0 => Ok(Arc::new(EmptyExec::new(projected))),
+            _ => UnionExec::try_new(parts),
+        }
+    }
+}
+
+/// Groups sources whose time ranges overlap (transitively); each group keeps write order.
+fn overlapping_groups(mut sources: Vec<(Source, (i64, i64))>) -> Vec<Vec<Source>> {
+    let write_order: Vec<usize> = (0..sources.len()).collect();
+    let mut indexed: Vec<(usize, (i64, i64))> =
+        write_order.iter().map(|&i| (i, sources[i].1)).collect();
+    indexed.sort_by_key(|(_, (lo, _))| *lo);
+    let mut groups: Vec<(i64, Vec<usize>)> = Vec::new();
+    for (i, (lo, hi)) in indexed {
+        match groups.last_mut() {
+            Some((end, members)) if lo <= *end => {
+                *end = (*end).max(hi);
+                members.push(i);
+            }
+            _ => groups.push((hi, vec![i])),
+        }
+    }
+    let mut taken: Vec<Option<Source>> = sources.drain(..).map(|(s, _)| Some(s)).collect();
+    groups
+        .into_iter()
+        .map(|(_, mut members)| {
+            members.sort_unstable();
+            members
+                .into_iter()
+                .map(|i| taken[i].take().expect("each source is in one group"))
+                .collect()
+        })
+        .collect()
+}
+
+/// What one scan needs to build its plans.
+struct Scan<'a> {
+    state: &'a dyn Session,
+    snapshot: &'a TableSnapshot,
+    /// The schema the query was planned with.
+    planned: &'a SchemaRef,
+    /// `planned` with the query's projection applied: every part of the plan produces this.
+    projected: &'a SchemaRef,
+    projection: Option<&'a Vec<usize>>,
+    filters: &'a [Expr],
+}
+
+impl Scan<'_> {
+    /// Files that overlap no other source, with the projection and every filter pushed in.
+    fn files(&self, files: &[Arc<ParquetFile>]) -> Result<Arc<dyn ExecutionPlan>> {
+        let predicate = self.predicate(self.planned)?;
+        let partitions = self
+            .state
+            .config()
+            .options()
+            .execution
+            .target_partitions
+            .clamp(1, files.len());
+        let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
+        for (i, file) in files.iter().enumerate() {
+            groups[i % partitions].push(partitioned_file(file));
+        }
+        let mut source = ParquetSource::new(self.planned.clone());
+        if let Some(predicate) = predicate {
+            source = source.with_predicate(predicate);
+        }
+        let config =
+            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+                .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+                .with_projection_indices(self.projection.cloned())?
+                .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+
+    /// The buffer when it overlaps no file: zero-copy slices spread over the partitions.
+    fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
+        let options = self.state.config().options();
+        let partitions = partition(
+            &self.snapshot.batches,
+            self.planned,
+            options.execution.target_partitions,
+            usize::from(options.execution.batch_size),
+        )?;
+        let exec = MemorySourceConfig::try_new_exec(
+            &partitions,
+            self.planned.clone(),
+            self.projection.cloned(),
+        )?;
+        Ok(exec)
+    }
+
+    /// Overlapping sources merged in series/time/write order and deduplicated, projected to
+    /// the query's columns.
+    fn deduplicated(&self, group: &[Source]) -> Result<Arc<dyn ExecutionPlan>> {
+        // The snapshot's schema has every tag (the full series key), which the planned schema
+        // may lack if a tag appeared since planning.
+        let full = &self.snapshot.schema;
+        let wanted: Vec<usize> = full
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                self.projected.field_with_name(f.name()).is_ok()
+                    || matches!(
+                        ColumnType::from_arrow(f.name(), f.data_type()),
+                        Some(ColumnType::Tag | ColumnType::Time)
+                    )
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let scanned = Arc::new(full.project(&wanted)?);
+        let ordering = sort_order(&scanned, false)?;
+        let mut inputs = Vec::with_capacity(group.len());
+        for (order, source) in group.iter().enumerate() {
+            let input = match source {
+                Source::File(file) => self.sorted_file(file, full, &wanted, &ordering)?,
+                Source::Buffer => self.sorted_buffer(full, &wanted, &ordering)?,
+            };
+            inputs.push(with_source_column(input, order as u64)?);
+        }
+        let merged_schema = inputs[0].schema();
+        let merge_order = sort_order(&merged_schema, true)?;
+        let merged = Arc::new(SortPreservingMergeExec::new(
+            merge_order.clone(),
+            UnionExec::try_new(inputs)?,
+        ));
+        let (keys, fields) = key_and_field_columns(&merged_schema);
+        let deduplicated = Arc::new(DeduplicateExec::new(merged, keys, fields, merge_order));
+        let output: Vec<(Arc<dyn PhysicalExpr>, String)> = self
+            .projected
+            .fields()
+            .iter()
+            .map(|f| {
+                let index = merged_schema.index_of(f.name())?;
+                Ok((
+                    Arc::new(Column::new(f.name(), index)) as Arc<dyn PhysicalExpr>,
+                    f.name().clone(),
+                ))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Arc::new(ProjectionExec::try_new(output, deduplicated)?))
+    }
+
+    /// One file, read in its stored order (series then time) with only key filters pushed in.
+    fn sorted_file(
+        &self,
+        file: &Arc<ParquetFile>,
+        full: &SchemaRef,
+        wanted: &[usize],
+        ordering: &LexOrdering,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut source = ParquetSource::new(full.clone());
+        if let Some(predicate) = self.time_range_predicate(full)? {
+            source = source.with_predicate(predicate);
+        }
+        // Orderings of a file scan are stated over the unprojected table schema.
+        let table_ordering = remap_ordering(ordering, full)?;
+        let config =
+            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+                .with_file(partitioned_file(file))
+                .with_output_ordering(vec![table_ordering])
+                .with_projection_indices(Some(wanted.to_vec()))?
+                .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+
+    /// The buffer snapshot (sorted by series then time) as one sorted partition.
+    fn sorted_buffer(
+        &self,
+        full: &SchemaRef,
+        wanted: &[usize],
+        ordering: &LexOrdering,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batches = self
+            .snapshot
+            .batches
+            .iter()
+            .map(|b| project_by_name(b, full))
+            .collect::<Result<Vec<_>>>()?;
+        let source = MemorySourceConfig::try_new(&[batches], full.clone(), Some(wanted.to_vec()))?
+            .try_with_sort_information(vec![remap_ordering(ordering, full)?])?;
+        Ok(DataSourceExec::from_data_source(source))
+    }
+
+    /// Every filter, as one physical predicate over `schema`.
+    fn predicate(&self, schema: &SchemaRef) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        self.physical(schema, self.filters.to_vec())
+    }
+
+    /// Only the filters that bound `time` to a range, for sources below a deduplication.
+    ///
+    /// The scan prunes row groups and pages with them but does not filter rows, while
+    /// DataFusion derives orderings as if it did: an equality (`host = 'a'`, `time = t`)
+    /// would make that column look constant and drop it from the merge order of rows that
+    /// are not actually filtered. Ranges imply no such thing, and since every copy of a
+    /// (series, time) point has the same time, pruning by time never separates a point from
+    /// its newer version.
+    fn time_range_predicate(&self, schema: &SchemaRef) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        let ranges = self
+            .filters
+            .iter()
+            .filter(|f| is_time_range(f))
+            .cloned()
+            .collect();
+        self.physical(schema, ranges)
+    }
+
+    fn physical(
+        &self,
+        schema: &SchemaRef,
+        filters: Vec<Expr>,
+    ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        let Some(expr) = conjunction(filters) else {
+            return Ok(None);
+        };
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        Ok(Some(self.state.create_physical_expr(expr, &df_schema)?))
+    }
+}
+
+/// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
+fn is_time_range(expr: &Expr) -> bool {
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            matches!(
+                op,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) && ((time_column(left).is_some() && timestamp_ns(right).is_some())
+                || (timestamp_ns(left).is_some() && time_column(right).is_some()))
+        }
+        Expr::Between(between) => {
+            !between.negated
+                && time_column(&between.expr).is_some()
+                && timestamp_ns(&between.low).is_some()
+                && timestamp_ns(&between.high).is_some()
+        }
+        _ => false,
+    }
+}
+
+fn partitioned_file(file: &ParquetFile) -> PartitionedFile {
+    let path = file.path.to_string_lossy();
+    PartitionedFile::new(path.trim_start_matches('/').to_string(), file.entry.bytes)
+}
+
+/// Every tag then time, ascending with nulls first (storage's sort order), plus the source
+/// column when `with_source`.
+fn sort_order(schema: &Schema, with_source: bool) -> Result<LexOrdering> {
+    let (keys, _) = key_and_field_columns(schema);
+    let mut exprs: Vec<PhysicalSortExpr> = keys.iter().map(|&i| sort_expr(schema, i)).collect();
+    if with_source {
+        exprs.push(sort_expr(schema, schema.index_of(SOURCE_COLUMN)?));
+    }
+    LexOrdering::new(exprs)
+        .ok_or_else(|| DataFusionError::Internal("a table without a time column".into()))
+}
+
+fn sort_expr(schema: &Schema, index: usize) -> PhysicalSortExpr {
+    PhysicalSortExpr::new(
+        Arc::new(Column::new(schema.field(index).name(), index)),
+        arrow::compute::SortOptions {
+            descending: false,
+            nulls_first: true,
+        },
+    )
+}
+
+/// The same ordering with column indices of `schema` (matched by name).
+fn remap_ordering(ordering: &LexOrdering, schema: &Schema) -> Result<LexOrdering> {
+    let exprs = ordering
+        .iter()
+        .map(|e| {
+            let column = e
+                .expr
+                .downcast_ref::<Column>()
+                .ok_or_else(|| DataFusionError::Internal("sort key is not a column".into()))?;
+            let index = schema.index_of(column.name())?;
+            Ok(PhysicalSortExpr::new(
+                Arc::new(Column::new(column.name(), index)),
+                e.options,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    LexOrdering::new(exprs).ok_or_else(|| DataFusionError::Internal("empty ordering".into()))
+}
+
+/// Indices of the key columns (tags in schema order, then time) and of the field columns.
+fn key_and_field_columns(schema: &Schema) -> (Vec<usize>, Vec<usize>) {
+    let mut keys = Vec::new();
+    let mut fields = Vec::new();
+    let mut time = None;
+    for (i, field) in schema.fields().iter().enumerate() {
+        if field.name() == SOURCE_COLUMN {
+            continue;
+        }
+        match ColumnType::from_arrow(field.name(), field.data_type()) {
+            Some(ColumnType::Tag) => keys.push(i),
+            Some(ColumnType::Time) => time = Some(i),
+            Some(ColumnType::Field(_)) => fields.push(i),
+            None => {}
+        }
+    }
+    keys.extend(time);
+    (keys, fields)
+}
+
+/// Appends a constant column with the source's write order.
+fn with_source_column(input: Arc<dyn ExecutionPlan>, order: u64) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = input.schema();
+    let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (Arc::new(Column::new(f.name(), i)) as _, f.name().clone()))
+        .collect();
+    exprs.push((
+        Arc::new(Literal::new(ScalarValue::UInt64(Some(order)))),
+        SOURCE_COLUMN.to_string(),
+    ));
+    Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
+}
+
+/// The range of `time` values the query's filters allow (inclusive), from conjuncts of the
+/// form `time <op> <timestamp literal>` and `time BETWEEN a AND b`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TimeBounds {
+    min: i64,
+    max: i64,
+}
+
+impl TimeBounds {
+    fn overlaps(&self, lo: i64, hi: i64) -> bool {
+        lo <= self.max && hi >= self.min
+    }
+
+    fn restrict(&mut self, op: Operator, value: i64) {
+        match op {
+            Operator::Gt => self.min = self.min.max(value.saturating_add(1)),
+            Operator::GtEq => self.min = self.min.max(value),
+            Operator::Lt => self.max = self.max.min(value.saturating_sub(1)),
+            Operator::LtEq => self.max = self.max.min(value),
+            Operator::Eq => {
+                self.min = self.min.max(value);
+                self.max = self.max.min(value);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn time_bounds(filters: &[Expr]) -> TimeBounds {
+    let mut bounds = TimeBounds {
+        min: i64::MIN,
+        max: i64::MAX,
+    };
+    for filter in filters {
+        collect_bounds(filter, &mut bounds);
+    }
+    bounds
+}
+
+fn collect_bounds(expr: &Expr, bounds: &mut TimeBounds) {
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            if *op == Operator::And {
+                collect_bounds(left, bounds);
+                collect_bounds(right, bounds);
+            } else if let (Some(()), Some(value)) = (time_column(left), timestamp_ns(right)) {
+                bounds.restrict(*op, value);
+            } else if let (Some(value), Some(()), Some(op)) =
+                (timestamp_ns(left), time_column(right), op.swap())
+            {
+                bounds.restrict(op, value);
+            }
+        }
+        Expr::Between(between) if !between.negated && time_column(&between.expr).is_some() => {
+            if let (Some(low), Some(high)) =
+                (timestamp_ns(&between.low), timestamp_ns(&between.high))
+            {
+                bounds.restrict(Operator::GtEq, low);
+                bounds.restrict(Operator::LtEq, high);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn time_column(expr: &Expr) -> Option<()> {
+    match expr {
+        Expr::Column(c) if c.name == TIME_COLUMN => Some(()),
+        _ => None,
+    }
+}
+
+/// A timestamp literal in nanoseconds (saturating: a bound beyond the range prunes nothing
+/// wrongly, since it only widens).
+fn timestamp_ns(expr: &Expr) -> Option<i64> {
+    let Expr::Literal(value, _) = expr else {
+        return None;
+    };
+    match value {
+        ScalarValue::TimestampNanosecond(Some(v), _) => Some(*v),
+        ScalarValue::TimestampMicrosecond(Some(v), _) => v.checked_mul(1_000),
+        ScalarValue::TimestampMillisecond(Some(v), _) => v.checked_mul(1_000_000),
+        ScalarValue::TimestampSecond(Some(v), _) => v.checked_mul(1_000_000_000),
+        _ => None,
+    }
+}
+
+/// Splits batches into `partitions` roughly equal, zero-copy groups of batches of at most
+/// `batch_size` rows, each projected to `schema` (the schema the query was planned with).
+fn partition(
+    batches: &[RecordBatch],
+    schema: &SchemaRef,
+    partitions: usize,
+    batch_size: usize,
+) -> Result<Vec<Vec<RecordBatch>>> {
+    let mut slices = Vec::new();
+    for batch in batches {
+        let batch = project_by_name(batch, schema)?;
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let len = batch_size.min(batch.num_rows() - offset);
+            slices.push(batch.slice(offset, len));
+            offset += len;
+        }
+    }
+    let per_partition = slices.len().div_ceil(partitions).max(1);
+    let mut out: Vec<Vec<RecordBatch>> = slices
+        .chunks(per_partition)
+        .map(<[RecordBatch]>::to_vec)
+        .collect();
+    if out.is_empty() {
+        out.push(Vec::new());
+    }
+    Ok(out)
+}
+
+/// The columns of `schema`, taken by name from `batch` (whose schema is a superset).
+fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch.clone());
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            batch.column_by_name(f.name()).cloned().ok_or_else(|| {
+                DataFusionError::Internal(format!("column {} vanished from the table", f.name()))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{col, lit};
+
+    fn ts(v: i64) -> Expr {
+        lit(ScalarValue::TimestampNanosecond(
+            Some(v),
+            Some("UTC".into()),
+        ))
+    }
+
+    #[test]
+    fn time_bounds_from_filters() {
+        let b = time_bounds(&[col("time").gt_eq(ts(10)), col("time").lt(ts(20))]);
+        assert_eq!(b, TimeBounds { min: 10, max: 19 });
+        assert!(b.overlaps(19, 25) && b.overlaps(0, 10) && !b.overlaps(20, 30));
+        let b = time_bounds(&[ts(5).lt(col("time")).and(col("host").eq(lit("a")))]);
+        assert_eq!(
+            b,
+            TimeBounds {
+                min: 6,
+                max: i64::MAX
+            }
+        );
+        let b = time_bounds(&[col("time").between(ts(1), ts(3))]);
+        assert_eq!(b, TimeBounds { min: 1, max: 3 });
+        let b = time_bounds(&[col("time").gt(ts(1)).or(col("time").lt(ts(0)))]);
+        assert_eq!(
+            b,
+            TimeBounds {
+                min: i64::MIN,
+                max: i64::MAX
+            },
+            "OR is not a bound"
+        );
+    }
+
+    #[test]
+    fn overlapping_sources_group_transitively_in_write_order() {
+        let s = |_: usize| Source::Buffer;
+        let groups = overlapping_groups(vec![
+            (s(0), (10, 20)),
+            (s(1), (0, 5)),
+            (s(2), (15, 30)),
+            (s(3), (30, 40)),
+            (s(4), (50, 60)),
+        ]);
+        let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1, 3, 1]);
+    }
+}

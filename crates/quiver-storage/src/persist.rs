@@ -1,0 +1,302 @@
+//! Writing buffered rows to Parquet: one file per table and time partition, rows sorted by
+//! series key then time and deduplicated, zstd-compressed, with row-group statistics and the
+//! page index (column and offset indexes) so readers can prune by time and by tag.
+//!
+//! Files are written under their final name and fsynced together with their directory before
+//! the catalog names them; a file that no catalog names (the process died in between) is an
+//! orphan that [`remove_orphans`] deletes at startup.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, RecordBatch, TimestampNanosecondArray, UInt32Array};
+use arrow::compute::take_record_batch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::SortingColumn;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use quiver_ingest::schema::{ColumnType, TIME_COLUMN};
+
+use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
+use crate::error::StorageError;
+use crate::table::{merge_chunks, FrozenRows, ParquetFile};
+
+/// Directory (inside the data directory) that holds every table's Parquet files.
+pub const TABLES_DIR: &str = "tables";
+
+const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
+const NANOS_PER_DAY: i64 = 24 * NANOS_PER_HOUR;
+
+/// When the buffer is persisted, and how files are laid out.
+#[derive(Debug, Clone)]
+pub struct PersistOptions {
+    /// Persist once the buffer holds this many bytes of Arrow data.
+    pub persist_bytes: usize,
+    /// Writes wait (or fail, if persisting is failing) once the buffer holds this many bytes.
+    pub max_buffer_bytes: usize,
+    /// Persist once the oldest buffered write is this old.
+    pub max_age: Duration,
+    /// Length of a time partition (a whole number of hours; one day by default).
+    pub partition: Duration,
+    /// Rows per Parquet row group.
+    pub row_group_rows: usize,
+}
+
+impl Default for PersistOptions {
+    fn default() -> Self {
+        PersistOptions {
+            persist_bytes: 256 << 20,
+            max_buffer_bytes: 512 << 20,
+            max_age: Duration::from_secs(600),
+            partition: Duration::from_secs(86_400),
+            row_group_rows: 128 * 1024,
+        }
+    }
+}
+
+impl PersistOptions {
+    /// Checks the options make sense together, naming the offending one.
+    pub fn validate(&self) -> Result<(), String> {
+        let secs = self.partition.as_secs();
+        if secs == 0 || !secs.is_multiple_of(3600) || self.partition.subsec_nanos() != 0 {
+            return Err(format!(
+                "partition must be a whole number of hours, got {:?}",
+                self.partition
+            ));
+        }
+        if self.persist_bytes == 0 || self.max_buffer_bytes < self.persist_bytes {
+            return Err(format!(
+                "max_buffer_bytes ({}) must be at least persist_bytes ({}), which must be positive",
+                self.max_buffer_bytes, self.persist_bytes
+            ));
+        }
+        if self.row_group_rows == 0 {
+            return Err("row_group_rows must be positive".into());
+        }
+        Ok(())
+    }
+
+    fn partition_ns(&self) -> i64 {
+        self.partition.as_nanos() as i64
+    }
+}
+
+/// Start of the partition holding `time_ns`.
+fn partition_start(time_ns: i64, partition_ns: i64) -> i64 {
+    time_ns.div_euclid(partition_ns) * partition_ns
+}
+
+/// Directory name of the partition starting at `start_ns`: `2026-11-23` for day-aligned
+/// partitions, `2026-11-23T05` otherwise.
+fn partition_label(start_ns: i64, partition_ns: i64) -> String {
+    let time = chrono::DateTime::from_timestamp_nanos(start_ns);
+    if partition_ns % NANOS_PER_DAY == 0 {
+        time.format("%Y-%m-%d").to_string()
+    } else {
+        time.format("%Y-%m-%dT%H").to_string()
+    }
+}
+
+/// Merges one table's frozen chunks and writes them as one Parquet file per time partition
+/// (fsynced, directory fsynced). File ids are taken from `next_file_id`.
+pub(crate) fn write_table_files(
+    data_dir: &Path,
+    table_dir: &str,
+    frozen: &FrozenRows,
+    options: &PersistOptions,
+    next_file_id: &mut u64,
+) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
+    let sorted = merge_chunks(&frozen.schema, frozen.chunks.iter())?;
+    let partition_ns = options.partition_ns();
+    let mut files = Vec::new();
+    for (start, rows) in split_by_partition(&sorted, partition_ns)? {
+        let id = *next_file_id;
+        *next_file_id += 1;
+        let relative = format!(
+            "{TABLES_DIR}/{table_dir}/{}/{id:016}.parquet",
+            partition_label(start, partition_ns)
+        );
+        let path = data_dir.join(&relative);
+        let bytes = write_parquet(&path, &rows, options.row_group_rows)?;
+        let (min_time_ns, max_time_ns) =
+            crate::table::time_range(std::slice::from_ref(&rows)).unwrap_or((start, start));
+        files.push(Arc::new(ParquetFile {
+            entry: FileEntry {
+                id,
+                path: relative,
+                partition_start_ns: start,
+                min_time_ns,
+                max_time_ns,
+                rows: rows.num_rows() as u64,
+                bytes,
+            },
+            path,
+        }));
+    }
+    Ok(files)
+}
+
+/// Splits sorted rows by time partition, keeping their order within each partition.
+fn split_by_partition(
+    batch: &RecordBatch,
+    partition_ns: i64,
+) -> Result<Vec<(i64, RecordBatch)>, StorageError> {
+    if batch.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    let time = batch
+        .column_by_name(TIME_COLUMN)
+        .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>())
+        .ok_or_else(|| StorageError::Catalog("a buffered table has no time column".into()))?;
+    let mut rows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for (i, t) in time.values().iter().enumerate() {
+        rows.entry(partition_start(*t, partition_ns))
+            .or_default()
+            .push(i as u32);
+    }
+    if rows.len() == 1 {
+        let start = *rows.keys().next().expect("one partition");
+        return Ok(vec![(start, batch.clone())]);
+    }
+    rows.into_iter()
+        .map(|(start, indices)| {
+            Ok((
+                start,
+                take_record_batch(batch, &UInt32Array::from(indices))?,
+            ))
+        })
+        .collect()
+}
+
+/// Writes `batch` (sorted by tags then time) to `path` and makes it durable; returns its size.
+fn write_parquet(
+    path: &Path,
+    batch: &RecordBatch,
+    row_group_rows: usize,
+) -> Result<u64, StorageError> {
+    let dir = path.parent().expect("a file path has a parent");
+    create_dir_durably(dir)?;
+    let file = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
+    let mut writer = ArrowWriter::try_new(
+        file,
+        batch.schema(),
+        Some(writer_properties(batch, row_group_rows)),
+    )?;
+    writer.write(batch)?;
+    let file = writer.into_inner()?;
+    file.sync_all().map_err(|e| StorageError::io(path, e))?;
+    let bytes = file
+        .metadata()
+        .map_err(|e| StorageError::io(path, e))?
+        .len();
+    sync_dir(dir)?;
+    Ok(bytes)
+}
+
+/// zstd, page-level statistics (which also writes the page index), and the sort order
+/// recorded as the file's sorting columns: every tag in schema order, then time.
+fn writer_properties(batch: &RecordBatch, row_group_rows: usize) -> WriterProperties {
+    let schema = batch.schema();
+    let mut sorting: Vec<SortingColumn> = Vec::new();
+    let mut time_index = None;
+    for (i, field) in schema.fields().iter().enumerate() {
+        match ColumnType::from_arrow(field.name(), field.data_type()) {
+            Some(ColumnType::Tag) => sorting.push(SortingColumn {
+                column_idx: i as i32,
+                descending: false,
+                nulls_first: true,
+            }),
+            Some(ColumnType::Time) => time_index = Some(i as i32),
+            _ => {}
+        }
+    }
+    if let Some(i) = time_index {
+        sorting.push(SortingColumn {
+            column_idx: i,
+            descending: false,
+            nulls_first: true,
+        });
+    }
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid zstd level"),
+        ))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(row_group_rows))
+        .set_sorting_columns(Some(sorting))
+        .build()
+}
+
+/// Deletes Parquet files under the data directory's `tables/` that the catalog does not name
+/// (written by a persist that died before its catalog update), and a leftover temporary
+/// catalog. Returns how many files were deleted.
+pub(crate) fn remove_orphans(
+    data_dir: &Path,
+    known: &HashSet<PathBuf>,
+) -> Result<usize, StorageError> {
+    let temp = data_dir.join(format!("{}.tmp", crate::catalog::CATALOG_FILE));
+    if temp.exists() {
+        std::fs::remove_file(&temp).map_err(|e| StorageError::io(&temp, e))?;
+    }
+    let mut removed = 0;
+    let mut stack = vec![data_dir.join(TABLES_DIR)];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(StorageError::io(&dir, e)),
+        };
+        for entry in entries {
+            let path = entry.map_err(|e| StorageError::io(&dir, e))?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") && !known.contains(&path) {
+                std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_and_labels() {
+        let day = NANOS_PER_DAY;
+        assert_eq!(partition_start(day + 5, day), day);
+        assert_eq!(partition_start(-1, day), -day);
+        assert_eq!(partition_label(0, day), "1970-01-01");
+        assert_eq!(
+            partition_label(5 * NANOS_PER_HOUR, NANOS_PER_HOUR),
+            "1970-01-01T05"
+        );
+        assert_eq!(partition_label(-day, day), "1969-12-31");
+    }
+
+    #[test]
+    fn options_are_checked() {
+        assert!(PersistOptions::default().validate().is_ok());
+        let bad_partition = PersistOptions {
+            partition: Duration::from_secs(90),
+            ..PersistOptions::default()
+        };
+        assert!(bad_partition
+            .validate()
+            .unwrap_err()
+            .contains("whole number of hours"));
+        let bad_sizes = PersistOptions {
+            persist_bytes: 10,
+            max_buffer_bytes: 5,
+            ..PersistOptions::default()
+        };
+        assert!(bad_sizes
+            .validate()
+            .unwrap_err()
+            .contains("max_buffer_bytes"));
+    }
+}
