@@ -1,4 +1,5 @@
 //! Durability over the real binary: acknowledged writes survive `kill -9` at random moments
+//! (including in the middle of persisting the buffer to Parquet)
 //! under concurrent load, and a WAL torn at any byte recovers everything before the tear.
 //!
 //! `QUIVER_CRASH_ITERATIONS` (default 24) sets how many kill/restart rounds the crash test runs.
@@ -73,6 +74,27 @@ async fn stored_batches(server: &Server) -> Vec<(String, i64, i64)> {
         .collect()
 }
 
+/// Small WAL segments and a small persistence threshold, so that every round rotates
+/// segments, persists several times, and some kills land in the middle of a persist.
+const CRASH_ENV: &[(&str, &str)] = &[
+    ("QUIVER_WAL_SEGMENT_BYTES", "65536"),
+    ("QUIVER_PERSIST_BUFFER_BYTES", "262144"),
+    ("QUIVER_MAX_BUFFER_BYTES", "4194304"),
+];
+
+/// Sum of the numbers following `key` in a log.
+fn count_after(log: &str, key: &str) -> usize {
+    log.match_indices(key)
+        .filter_map(|(i, _)| {
+            let digits: String = log[i + key.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<usize>().ok()
+        })
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_repeated_kill_9() {
     let iterations: usize = std::env::var("QUIVER_CRASH_ITERATIONS")
@@ -83,9 +105,11 @@ async fn acknowledged_writes_survive_repeated_kill_9() {
     let data = tempfile::tempdir().unwrap();
     let acknowledged: Arc<Mutex<BTreeSet<(usize, u64)>>> = Arc::default();
     let mut next_batch = 0u64;
+    let (mut persists, mut orphans_removed) = (0, 0);
     for round in 0..iterations {
-        let mut server =
-            Server::start_in(Some(data.path()), &[("QUIVER_WAL_SEGMENT_BYTES", "65536")]).await;
+        let mut server = Server::start_in(Some(data.path()), CRASH_ENV).await;
+        let log = server.log();
+        orphans_removed += count_after(&log, "orphaned_files_removed=");
         let writers: Vec<_> = (0..4)
             .map(|writer| {
                 let url = format!("{}/api/v3/write_lp?db=crash&precision=ns", server.url);
@@ -116,16 +140,23 @@ async fn acknowledged_writes_survive_repeated_kill_9() {
             .collect();
         tokio::time::sleep(Duration::from_millis(20 + rng.below(400))).await;
         server.kill9();
+        persists += server.log().matches("persisted the write buffer").count();
         for writer in writers {
             writer.await.unwrap();
         }
         next_batch += 1_000_000;
         eprintln!(
-            "round {round}: {} batches acknowledged so far",
+            "round {round}: {} batches acknowledged so far, {persists} persists, \
+             {orphans_removed} files of interrupted persists removed",
             acknowledged.lock().unwrap().len()
         );
     }
-    let server = Server::start_in(Some(data.path()), &[]).await;
+    assert!(
+        persists >= iterations && orphans_removed > 0,
+        "{persists} persists in {iterations} rounds, {orphans_removed} left by a killed \
+         persist: the test must kill during persistence"
+    );
+    let server = Server::start_in(Some(data.path()), CRASH_ENV).await;
     let stored = stored_batches(&server).await;
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(

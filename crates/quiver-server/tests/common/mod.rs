@@ -120,6 +120,22 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Resident set size of the process now and at its peak, in bytes (from
+    /// `/proc/<pid>/status`: `VmRSS`, `VmHWM`).
+    pub fn rss(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib = |key: &str| -> u64 {
+            let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+            line.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+                * 1024
+        };
+        (kib("VmRSS:"), kib("VmHWM:"))
+    }
+
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
