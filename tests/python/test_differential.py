@@ -40,6 +40,7 @@ from typing import Any, Iterator
 import duckdb
 import pyarrow as pa
 import pytest
+import requests
 from influxdb_client import InfluxDBClient, Point, WritePrecision
 from influxdb_client.client.write_api import SYNCHRONOUS
 
@@ -489,6 +490,28 @@ def test_json_format_matches_duckdb(q: Query, loaded_quiver_url: str,
     actual_rows = json_rows(records, expected_names, ts_columns)
     assert_rows_match(expected_names, actual_rows, expected_names, expected_rows,
                       context=f"query {q.name} (format=json):\n{q.sql}")
+
+
+@pytest.fixture(scope="module")
+def persisted_quiver_url(loaded_quiver_url: str) -> str:
+    """Persist the whole write buffer to Parquet (after the buffer-only tests ran)."""
+    response = requests.post(f"{loaded_quiver_url}/api/v3/persist", timeout=120)
+    assert response.status_code == 200, response.text
+    summary = response.json()
+    assert summary["files"] > 0 and summary["rows"] > 0, summary
+    stats = requests.get(f"{loaded_quiver_url}/api/v3/storage", timeout=30).json()
+    assert stats["persistence"]["buffered_bytes"] == 0, stats
+    return loaded_quiver_url
+
+
+@pytest.mark.parametrize("q", QUERIES, ids=lambda q: q.name)
+def test_query_matches_duckdb_after_persist(q: Query, persisted_quiver_url: str,
+                                            duck: duckdb.DuckDBPyConnection) -> None:
+    """The same answers when the data is read from Parquet files instead of the buffer."""
+    expected_names, expected_rows = normalize_table(duckdb_arrow(duck, q.sql))
+    actual_names, actual_rows = normalize_table(query_arrow(persisted_quiver_url, DB, q.sql))
+    assert_rows_match(actual_names, actual_rows, expected_names, expected_rows,
+                      context=f"query {q.name} over Parquet:\n{q.sql}")
 
 
 def _is_string_type(dtype: pa.DataType) -> bool:

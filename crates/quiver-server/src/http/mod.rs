@@ -1,8 +1,9 @@
-//! The HTTP API (axum): InfluxDB-compatible writes, SQL queries, health.
+//! The HTTP API (axum): InfluxDB-compatible writes, SQL queries, storage operations, health.
 
 mod body;
 mod error;
 mod query;
+mod storage;
 mod write;
 
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/v3/query_sql",
             get(query::query_get).post(query::query_post),
         )
+        .route("/api/v3/persist", post(storage::persist))
+        .route("/api/v3/storage", get(storage::stats))
         .fallback(not_found)
         .with_state(state)
 }
