@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Persistence benchmark (BENCHMARKS.md): query latency on buffered vs persisted data, and
+persistence throughput.
+
+Starts a release server on a temporary directory with automatic persistence effectively off,
+loads it with quiver-loadgen, times each query (median of N runs after one warm-up) while the
+data is in the write buffer, persists with POST /api/v3/persist (timing it), and times the
+same queries again over the Parquet files. Prints a Markdown table.
+
+Build first: cargo build --release -p quiver-server -p quiver-bench
+Usage: .venv/bin/python scripts/persist-bench.py [--seconds 3] [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+ADDR = "127.0.0.1:18089"
+URL = f"http://{ADDR}"
+DB = "bench"
+
+
+def query(sql: str) -> list[dict]:
+    r = requests.get(f"{URL}/api/v3/query_sql", params={"db": DB, "q": sql, "format": "json"})
+    r.raise_for_status()
+    return r.json()
+
+
+def timed(sql: str, runs: int) -> float:
+    query(sql)  # warm-up: builds the buffer snapshot / opens the files once
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        query(sql)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ,
+                   QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
+                   QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
+                   QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
+                   QUIVER_LOG_FILTER="warn")
+        server = subprocess.Popen(
+            [ROOT / "target/release/quiver", "serve", "--data-dir", f"{tmp}/data",
+             "--http-addr", ADDR], env=env)
+        try:
+            for _ in range(100):
+                try:
+                    if requests.get(f"{URL}/health").ok:
+                        break
+                except requests.ConnectionError:
+                    time.sleep(0.1)
+            subprocess.run(
+                [ROOT / "target/release/quiver-loadgen", "--url", URL, "--db", DB,
+                 "--connections", "4", "--batch-lines", "5000", "--batches", "200",
+                 "--hosts", "1000", "--seconds", str(args.seconds)],
+                check=True, stdout=subprocess.DEVNULL)
+            rows = query("SELECT count(*) AS n, min(time) AS t0 FROM cpu")[0]
+            t0 = rows["t0"]
+            queries = {
+                "count(*)": "SELECT count(*) FROM cpu",
+                "avg by region": "SELECT region, avg(usage_user) FROM cpu GROUP BY region",
+                "one host, 1-min buckets": "SELECT date_bin(INTERVAL '1 minute', time) AS b, "
+                    "avg(usage_user) FROM cpu WHERE hostname = 'host_7' GROUP BY b",
+                "last point of one host": "SELECT * FROM cpu WHERE hostname = 'host_42' "
+                    "ORDER BY time DESC LIMIT 1",
+                "10-minute time range": "SELECT count(*), max(usage_idle) FROM cpu "
+                    f"WHERE time >= '{t0}' AND time < TIMESTAMP '{t0}' + INTERVAL '10 minutes'",
+                "full scan, 3 columns": "SELECT hostname, time, usage_user FROM cpu "
+                    "WHERE usage_user > 99.9",
+            }
+            buffered = {name: timed(sql, args.runs) for name, sql in queries.items()}
+            started = time.perf_counter()
+            summary = requests.post(f"{URL}/api/v3/persist").json()
+            elapsed = time.perf_counter() - started
+            persisted = {name: timed(sql, args.runs) for name, sql in queries.items()}
+            print(f"rows: {rows['n']}; persist: {summary['rows']} rows, {summary['files']} files, "
+                  f"{summary['parquet_bytes'] / 2**20:.1f} MiB Parquet from "
+                  f"{summary['buffer_bytes_released'] / 2**20:.1f} MiB buffer in {elapsed:.2f} s "
+                  f"= {summary['rows'] / elapsed / 1e6:.2f} M rows/s")
+            print("| query | buffered (ms) | persisted (ms) | persisted / buffered |")
+            print("|---|---|---|---|")
+            for name in queries:
+                b, p = buffered[name], persisted[name]
+                print(f"| {name} | {b:.1f} | {p:.1f} | {p / b:.2f} |")
+        finally:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
