@@ -16,6 +16,14 @@ fn quiver(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+fn assert_succeeded(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn config_merges_file_env_and_flags() {
     let dir = tempfile::tempdir().unwrap();
@@ -36,11 +44,7 @@ fn config_merges_file_env_and_flags() {
         .env("QUIVER_MAX_REQUEST_BYTES", "20")
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let printed: toml::Table = toml::from_str(&String::from_utf8(output.stdout).unwrap()).unwrap();
     assert_eq!(printed["http_addr"].as_str(), Some("127.0.0.1:1111"));
     assert_eq!(printed["pg_addr"].as_str(), Some("127.0.0.1:3333"));
@@ -80,11 +84,7 @@ async fn write_and_query_subcommands() {
         "s",
         file.to_str().unwrap(),
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
 
     let output = quiver(&[
         "query",
@@ -94,11 +94,7 @@ async fn write_and_query_subcommands() {
         "cli",
         "SELECT host, usage FROM cpu ORDER BY host",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let table = String::from_utf8(output.stdout).unwrap();
     assert_eq!(
         table.trim(),
