@@ -24,7 +24,7 @@ use datafusion::physical_plan::{
     Partitioning, PlanProperties,
 };
 use futures::StreamExt;
-use quiver_storage::{deduplicate_sorted, last_group_start};
+use quiver_storage::{deduplicate_complete_runs, deduplicate_sorted};
 
 /// Merges rows of equal (series, time) in a sorted stream; see the module documentation.
 #[derive(Debug)]
@@ -198,15 +198,11 @@ impl DedupState {
             Some(carry) => arrow::compute::concat_batches(&self.schema, [&carry, &batch])?,
             None => batch,
         };
-        if batch.num_rows() == 0 {
-            return Ok(None);
-        }
-        let start = last_group_start(&batch, &self.key_columns).map_err(external)?;
+        let (complete, start) =
+            deduplicate_complete_runs(&batch, &self.key_columns, &self.field_columns)
+                .map_err(external)?;
         self.carry = Some(batch.slice(start, batch.num_rows() - start));
-        if start == 0 {
-            return Ok(None);
-        }
-        self.merge(&batch.slice(0, start)).map(Some)
+        Ok(complete)
     }
 
     fn merge(&self, batch: &RecordBatch) -> Result<RecordBatch> {

@@ -33,7 +33,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{
-    BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
+    Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
@@ -42,8 +42,8 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_ingest::schema::{ColumnType, TIME_COLUMN};
-use quiver_storage::{ParquetFile, Table, TableSnapshot};
+use quiver_ingest::schema::TIME_COLUMN;
+use quiver_storage::{series_key_and_fields, ParquetFile, StorageError, Table, TableSnapshot};
 
 use crate::dedup_exec::DeduplicateExec;
 
@@ -105,10 +105,7 @@ impl TableProvider for QuiverTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let snapshot = self
-            .table
-            .snapshot()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let snapshot = self.table.snapshot().map_err(external)?;
         let projected = Arc::new(
             self.schema.project(
                 &projection
@@ -157,13 +154,12 @@ impl TableProvider for QuiverTable {
 }
 
 /// Groups sources whose time ranges overlap (transitively); each group keeps write order.
-fn overlapping_groups(mut sources: Vec<(Source, (i64, i64))>) -> Vec<Vec<Source>> {
-    let write_order: Vec<usize> = (0..sources.len()).collect();
-    let mut indexed: Vec<(usize, (i64, i64))> =
-        write_order.iter().map(|&i| (i, sources[i].1)).collect();
-    indexed.sort_by_key(|(_, (lo, _))| *lo);
+fn overlapping_groups(sources: Vec<(Source, (i64, i64))>) -> Vec<Vec<Source>> {
+    let mut by_start: Vec<usize> = (0..sources.len()).collect();
+    by_start.sort_by_key(|&i| sources[i].1 .0);
     let mut groups: Vec<(i64, Vec<usize>)> = Vec::new();
-    for (i, (lo, hi)) in indexed {
+    for i in by_start {
+        let (lo, hi) = sources[i].1;
         match groups.last_mut() {
             Some((end, members)) if lo <= *end => {
                 *end = (*end).max(hi);
@@ -172,15 +168,11 @@ fn overlapping_groups(mut sources: Vec<(Source, (i64, i64))>) -> Vec<Vec<Source>
             _ => groups.push((hi, vec![i])),
         }
     }
-    let mut taken: Vec<Option<Source>> = sources.drain(..).map(|(s, _)| Some(s)).collect();
     groups
         .into_iter()
         .map(|(_, mut members)| {
             members.sort_unstable();
-            members
-                .into_iter()
-                .map(|i| taken[i].take().expect("each source is in one group"))
-                .collect()
+            members.into_iter().map(|i| sources[i].0.clone()).collect()
         })
         .collect()
 }
@@ -247,36 +239,34 @@ impl Scan<'_> {
         // The snapshot's schema has every tag (the full series key), which the planned schema
         // may lack if a tag appeared since planning.
         let full = &self.snapshot.schema;
-        let wanted: Vec<usize> = full
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| {
-                self.projected.field_with_name(f.name()).is_ok()
-                    || matches!(
-                        ColumnType::from_arrow(f.name(), f.data_type()),
-                        Some(ColumnType::Tag | ColumnType::Time)
-                    )
+        let (full_keys, _) = series_key_and_fields(full).map_err(external)?;
+        let wanted: Vec<usize> = (0..full.fields().len())
+            .filter(|i| {
+                full_keys.contains(i)
+                    || self
+                        .projected
+                        .field_with_name(full.field(*i).name())
+                        .is_ok()
             })
-            .map(|(i, _)| i)
             .collect();
-        let scanned = Arc::new(full.project(&wanted)?);
-        let ordering = sort_order(&scanned, false)?;
+        // Orderings of scans are stated over the unprojected (full) schema.
+        let table_order = sort_order(full, false)?;
         let mut inputs = Vec::with_capacity(group.len());
         for (order, source) in group.iter().enumerate() {
             let input = match source {
-                Source::File(file) => self.sorted_file(file, full, &wanted, &ordering)?,
-                Source::Buffer => self.sorted_buffer(full, &wanted, &ordering)?,
+                Source::File(file) => self.sorted_file(file, full, &wanted, &table_order)?,
+                Source::Buffer => self.sorted_buffer(full, &wanted, &table_order)?,
             };
             inputs.push(with_source_column(input, order as u64)?);
         }
+        // The scanned columns, then the source column.
         let merged_schema = inputs[0].schema();
         let merge_order = sort_order(&merged_schema, true)?;
         let merged = Arc::new(SortPreservingMergeExec::new(
             merge_order.clone(),
             UnionExec::try_new(inputs)?,
         ));
-        let (keys, fields) = key_and_field_columns(&merged_schema);
+        let (keys, fields) = series_key_and_fields(&full.project(&wanted)?).map_err(external)?;
         let deduplicated = Arc::new(DeduplicateExec::new(merged, keys, fields, merge_order));
         let output: Vec<(Arc<dyn PhysicalExpr>, String)> = self
             .projected
@@ -293,7 +283,8 @@ impl Scan<'_> {
         Ok(Arc::new(ProjectionExec::try_new(output, deduplicated)?))
     }
 
-    /// One file, read in its stored order (series then time) with only key filters pushed in.
+    /// One file, read in its stored order (series then time) with only `time` range filters
+    /// pushed in.
     fn sorted_file(
         &self,
         file: &Arc<ParquetFile>,
@@ -305,12 +296,10 @@ impl Scan<'_> {
         if let Some(predicate) = self.time_range_predicate(full)? {
             source = source.with_predicate(predicate);
         }
-        // Orderings of a file scan are stated over the unprojected table schema.
-        let table_ordering = remap_ordering(ordering, full)?;
         let config =
             FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
                 .with_file(partitioned_file(file))
-                .with_output_ordering(vec![table_ordering])
+                .with_output_ordering(vec![ordering.clone()])
                 .with_projection_indices(Some(wanted.to_vec()))?
                 .build();
         Ok(DataSourceExec::from_data_source(config))
@@ -323,14 +312,10 @@ impl Scan<'_> {
         wanted: &[usize],
         ordering: &LexOrdering,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let batches = self
-            .snapshot
-            .batches
-            .iter()
-            .map(|b| project_by_name(b, full))
-            .collect::<Result<Vec<_>>>()?;
+        // The snapshot's batches have exactly the snapshot's (full) schema.
+        let batches = self.snapshot.batches.clone();
         let source = MemorySourceConfig::try_new(&[batches], full.clone(), Some(wanted.to_vec()))?
-            .try_with_sort_information(vec![remap_ordering(ordering, full)?])?;
+            .try_with_sort_information(vec![ordering.clone()])?;
         Ok(DataSourceExec::from_data_source(source))
     }
 
@@ -373,19 +358,14 @@ impl Scan<'_> {
 /// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
 fn is_time_range(expr: &Expr) -> bool {
     match expr {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            matches!(
-                op,
-                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-            ) && ((time_column(left).is_some() && timestamp_ns(right).is_some())
-                || (timestamp_ns(left).is_some() && time_column(right).is_some()))
-        }
-        Expr::Between(between) => {
-            !between.negated
-                && time_column(&between.expr).is_some()
-                && timestamp_ns(&between.low).is_some()
-                && timestamp_ns(&between.high).is_some()
-        }
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => time_comparison(left, *op, right)
+            .is_some_and(|(op, _)| {
+                matches!(
+                    op,
+                    Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+                )
+            }),
+        Expr::Between(between) => time_between(between).is_some(),
         _ => false,
     }
 }
@@ -398,13 +378,12 @@ fn partitioned_file(file: &ParquetFile) -> PartitionedFile {
 /// Every tag then time, ascending with nulls first (storage's sort order), plus the source
 /// column when `with_source`.
 fn sort_order(schema: &Schema, with_source: bool) -> Result<LexOrdering> {
-    let (keys, _) = key_and_field_columns(schema);
+    let (keys, _) = series_key_and_fields(schema).map_err(external)?;
     let mut exprs: Vec<PhysicalSortExpr> = keys.iter().map(|&i| sort_expr(schema, i)).collect();
     if with_source {
         exprs.push(sort_expr(schema, schema.index_of(SOURCE_COLUMN)?));
     }
-    LexOrdering::new(exprs)
-        .ok_or_else(|| DataFusionError::Internal("a table without a time column".into()))
+    Ok(LexOrdering::new(exprs).expect("the series key has at least the time column"))
 }
 
 fn sort_expr(schema: &Schema, index: usize) -> PhysicalSortExpr {
@@ -417,43 +396,8 @@ fn sort_expr(schema: &Schema, index: usize) -> PhysicalSortExpr {
     )
 }
 
-/// The same ordering with column indices of `schema` (matched by name).
-fn remap_ordering(ordering: &LexOrdering, schema: &Schema) -> Result<LexOrdering> {
-    let exprs = ordering
-        .iter()
-        .map(|e| {
-            let column = e
-                .expr
-                .downcast_ref::<Column>()
-                .ok_or_else(|| DataFusionError::Internal("sort key is not a column".into()))?;
-            let index = schema.index_of(column.name())?;
-            Ok(PhysicalSortExpr::new(
-                Arc::new(Column::new(column.name(), index)),
-                e.options,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    LexOrdering::new(exprs).ok_or_else(|| DataFusionError::Internal("empty ordering".into()))
-}
-
-/// Indices of the key columns (tags in schema order, then time) and of the field columns.
-fn key_and_field_columns(schema: &Schema) -> (Vec<usize>, Vec<usize>) {
-    let mut keys = Vec::new();
-    let mut fields = Vec::new();
-    let mut time = None;
-    for (i, field) in schema.fields().iter().enumerate() {
-        if field.name() == SOURCE_COLUMN {
-            continue;
-        }
-        match ColumnType::from_arrow(field.name(), field.data_type()) {
-            Some(ColumnType::Tag) => keys.push(i),
-            Some(ColumnType::Time) => time = Some(i),
-            Some(ColumnType::Field(_)) => fields.push(i),
-            None => {}
-        }
-    }
-    keys.extend(time);
-    (keys, fields)
+fn external(e: StorageError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
 }
 
 /// Appends a constant column with the source's write order.
@@ -513,22 +457,21 @@ fn time_bounds(filters: &[Expr]) -> TimeBounds {
 
 fn collect_bounds(expr: &Expr, bounds: &mut TimeBounds) {
     match expr {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::And,
+            right,
+        }) => {
+            collect_bounds(left, bounds);
+            collect_bounds(right, bounds);
+        }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            if *op == Operator::And {
-                collect_bounds(left, bounds);
-                collect_bounds(right, bounds);
-            } else if let (Some(()), Some(value)) = (time_column(left), timestamp_ns(right)) {
-                bounds.restrict(*op, value);
-            } else if let (Some(value), Some(()), Some(op)) =
-                (timestamp_ns(left), time_column(right), op.swap())
-            {
+            if let Some((op, value)) = time_comparison(left, *op, right) {
                 bounds.restrict(op, value);
             }
         }
-        Expr::Between(between) if !between.negated && time_column(&between.expr).is_some() => {
-            if let (Some(low), Some(high)) =
-                (timestamp_ns(&between.low), timestamp_ns(&between.high))
-            {
+        Expr::Between(between) => {
+            if let Some((low, high)) = time_between(between) {
                 bounds.restrict(Operator::GtEq, low);
                 bounds.restrict(Operator::LtEq, high);
             }
@@ -537,15 +480,32 @@ fn collect_bounds(expr: &Expr, bounds: &mut TimeBounds) {
     }
 }
 
-fn time_column(expr: &Expr) -> Option<()> {
-    match expr {
-        Expr::Column(c) if c.name == TIME_COLUMN => Some(()),
-        _ => None,
+/// `time <op> <timestamp literal>` with `time` on either side, as the operator seen from
+/// `time` and the literal in nanoseconds.
+fn time_comparison(left: &Expr, op: Operator, right: &Expr) -> Option<(Operator, i64)> {
+    if is_time_column(left) {
+        Some((op, timestamp_ns(right)?))
+    } else if is_time_column(right) {
+        Some((op.swap()?, timestamp_ns(left)?))
+    } else {
+        None
     }
 }
 
-/// A timestamp literal in nanoseconds (saturating: a bound beyond the range prunes nothing
-/// wrongly, since it only widens).
+/// `time BETWEEN <timestamp> AND <timestamp>` (not negated), in nanoseconds.
+fn time_between(between: &Between) -> Option<(i64, i64)> {
+    if between.negated || !is_time_column(&between.expr) {
+        return None;
+    }
+    Some((timestamp_ns(&between.low)?, timestamp_ns(&between.high)?))
+}
+
+fn is_time_column(expr: &Expr) -> bool {
+    matches!(expr, Expr::Column(c) if c.name == TIME_COLUMN)
+}
+
+/// A timestamp literal in nanoseconds; `None` (no bound, so nothing is pruned) if it is not
+/// one or does not fit in `i64` nanoseconds.
 fn timestamp_ns(expr: &Expr) -> Option<i64> {
     let Expr::Literal(value, _) = expr else {
         return None;
@@ -643,17 +603,45 @@ mod tests {
         );
     }
 
+    fn file(id: u64) -> Source {
+        Source::File(Arc::new(ParquetFile {
+            entry: quiver_storage::FileEntry {
+                id,
+                path: String::new(),
+                partition_start_ns: 0,
+                min_time_ns: 0,
+                max_time_ns: 0,
+                rows: 0,
+                bytes: 0,
+            },
+            path: std::path::PathBuf::new(),
+        }))
+    }
+
+    fn ids(group: &[Source]) -> Vec<Option<u64>> {
+        group
+            .iter()
+            .map(|s| match s {
+                Source::File(f) => Some(f.entry.id),
+                Source::Buffer => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn overlapping_sources_group_transitively_in_write_order() {
-        let s = |_: usize| Source::Buffer;
         let groups = overlapping_groups(vec![
-            (s(0), (10, 20)),
-            (s(1), (0, 5)),
-            (s(2), (15, 30)),
-            (s(3), (30, 40)),
-            (s(4), (50, 60)),
+            (file(0), (15, 30)),
+            (file(1), (0, 5)),
+            (file(2), (10, 20)),
+            (file(3), (30, 40)),
+            (Source::Buffer, (50, 60)),
         ]);
-        let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [1, 3, 1]);
+        let groups: Vec<_> = groups.iter().map(|g| ids(g)).collect();
+        // file 2 starts first but was written after file 0: write order decides the merge
+        assert_eq!(
+            groups,
+            [vec![Some(1)], vec![Some(0), Some(2), Some(3)], vec![None]]
+        );
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take;
+use arrow::datatypes::Schema;
 use arrow::row::{RowConverter, Rows, SortField};
 use quiver_ingest::schema::ColumnType;
 
@@ -21,7 +22,7 @@ pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageE
     if batch.num_rows() == 0 {
         return Ok(batch.clone());
     }
-    let (key_columns, field_columns) = key_and_field_columns(batch)?;
+    let (key_columns, field_columns) = series_key_and_fields(&batch.schema())?;
     let keys = row_keys(batch, &key_columns)?;
     let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
     // Stable: rows with equal keys keep write order.
@@ -46,12 +47,17 @@ pub fn deduplicate_sorted(
     merge_groups(batch, &keys, &order, field_columns)
 }
 
-/// The index of the first row of the last key group of a sorted batch (0 if empty): the rows
-/// from there on may continue in the next batch of a sorted stream.
-pub fn last_group_start(batch: &RecordBatch, key_columns: &[usize]) -> Result<usize, StorageError> {
+/// [`deduplicate_sorted`] for one batch of a sorted stream: merges every key run except the
+/// last, which the next batch may continue. Returns the merged rows (`None` if the batch is
+/// one run) and the index where the last run starts.
+pub fn deduplicate_complete_runs(
+    batch: &RecordBatch,
+    key_columns: &[usize],
+    field_columns: &[usize],
+) -> Result<(Option<RecordBatch>, usize), StorageError> {
     let rows = batch.num_rows();
-    if rows <= 1 {
-        return Ok(0);
+    if rows == 0 {
+        return Ok((None, 0));
     }
     let keys = row_keys(batch, key_columns)?;
     let last = keys.row(rows - 1);
@@ -59,12 +65,18 @@ pub fn last_group_start(batch: &RecordBatch, key_columns: &[usize]) -> Result<us
     while start > 0 && keys.row(start - 1) == last {
         start -= 1;
     }
-    Ok(start)
+    if start == 0 {
+        return Ok((None, 0));
+    }
+    let complete: Vec<u32> = (0..start as u32).collect();
+    let merged = merge_groups(batch, &keys, &complete, field_columns)?;
+    Ok((Some(merged), start))
 }
 
-/// Indices of the key columns (every tag in schema order, then time) and of the field columns.
-fn key_and_field_columns(batch: &RecordBatch) -> Result<(Vec<usize>, Vec<usize>), StorageError> {
-    let schema = batch.schema();
+/// Indices of a table schema's series key columns (every tag in schema order, then `time`)
+/// and of its field columns; other columns are in neither list. This is the order rows are
+/// sorted in, in the buffer and in Parquet files.
+pub fn series_key_and_fields(schema: &Schema) -> Result<(Vec<usize>, Vec<usize>), StorageError> {
     let mut keys = Vec::new();
     let mut fields = Vec::new();
     for (i, field) in schema.fields().iter().enumerate() {
@@ -93,7 +105,8 @@ fn row_keys(batch: &RecordBatch, key_columns: &[usize]) -> Result<Rows, StorageE
     Ok(converter.convert_columns(&columns)?)
 }
 
-/// Takes rows in `order`, merging runs of equal keys.
+/// Takes the rows `order` lists (all of the batch or a prefix of it), merging runs of equal
+/// keys.
 fn merge_groups(
     batch: &RecordBatch,
     keys: &Rows,
@@ -108,9 +121,10 @@ fn merge_groups(
         }
     }
     let schema = batch.schema();
-    let in_order = order.iter().enumerate().all(|(i, &row)| i as u32 == row);
+    let whole_batch_in_order =
+        rows == batch.num_rows() && order.iter().enumerate().all(|(i, &row)| i as u32 == row);
     if group_starts.len() == rows {
-        if in_order {
+        if whole_batch_in_order {
             return Ok(batch.clone());
         }
         let sorted = UInt32Array::from(order.to_vec());
@@ -239,5 +253,56 @@ mod tests {
         let out = sort_and_deduplicate(&input).unwrap();
         let a = out.column(0).as_primitive::<Float64Type>();
         assert_eq!(a.values(), &[2.0, 1.0]);
+    }
+
+    #[test]
+    fn a_stream_split_anywhere_merges_like_the_whole_batch() {
+        // sorted by host, time, then write order
+        let input = batch(
+            &[
+                Some("a"),
+                Some("b"),
+                Some("b"),
+                Some("b"),
+                Some("c"),
+                Some("d"),
+                Some("d"),
+            ],
+            &[1, 1, 1, 2, 1, 1, 1],
+            &[
+                Some(1.0),
+                Some(2.0),
+                None,
+                Some(3.0),
+                Some(4.0),
+                None,
+                Some(5.0),
+            ],
+            &[None, Some(6.0), Some(7.0), None, None, Some(8.0), None],
+        );
+        let (keys, fields) = series_key_and_fields(&input.schema()).unwrap();
+        let whole = deduplicate_sorted(&input, &keys, &fields).unwrap();
+        assert_eq!(whole.num_rows(), 5);
+        for split in 1..input.num_rows() {
+            let mut merged = Vec::new();
+            let mut carry: Option<RecordBatch> = None;
+            for part in [
+                input.slice(0, split),
+                input.slice(split, input.num_rows() - split),
+            ] {
+                let part = match carry.take() {
+                    Some(c) => {
+                        arrow::compute::concat_batches(&input.schema(), [&c, &part]).unwrap()
+                    }
+                    None => part,
+                };
+                let (complete, start) = deduplicate_complete_runs(&part, &keys, &fields).unwrap();
+                merged.extend(complete);
+                carry = Some(part.slice(start, part.num_rows() - start));
+            }
+            merged.push(deduplicate_sorted(&carry.unwrap(), &keys, &fields).unwrap());
+            let streamed = arrow::compute::concat_batches(&input.schema(), &merged).unwrap();
+            assert_eq!(streamed, whole, "split at {split}");
+        }
     }
 }

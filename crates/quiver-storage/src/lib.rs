@@ -32,7 +32,9 @@ use quiver_ingest::schema::ColumnType;
 use quiver_wal::{Apply, Wal};
 
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
-pub use dedup::{deduplicate_sorted, last_group_start, sort_and_deduplicate};
+pub use dedup::{
+    deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
+};
 pub use error::StorageError;
 pub use persist::{PersistOptions, TABLES_DIR};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
@@ -312,9 +314,10 @@ impl Store {
             return Ok(());
         };
         let store = Arc::downgrade(self);
+        let buffer = self.buffer.clone();
         let handle = std::thread::Builder::new()
             .name("quiver-persist".into())
-            .spawn(move || run_persister(store))
+            .spawn(move || run_persister(store, buffer))
             .map_err(|e| StorageError::io(&persistence.data_dir, e))?;
         *persistence.thread.lock() = Some(handle);
         Ok(())
@@ -544,9 +547,7 @@ impl Store {
             self.buffer.signal.lock().shutdown = true;
             self.buffer.wake.notify_one();
             if let Some(thread) = persistence.thread.lock().take() {
-                if thread.thread().id() != std::thread::current().id() {
-                    let _ = thread.join();
-                }
+                let _ = thread.join();
             }
         }
         if let Some(wal) = self.wal.get() {
@@ -604,19 +605,14 @@ fn write_persisted(
 }
 
 /// The persister thread: wakes every 100 ms or when signalled, persists when a threshold is
-/// crossed, backs off for a second after a failure.
-fn run_persister(store: Weak<Store>) {
-    let mut backoff = None;
+/// crossed, backs off for a second after a failure. Holds the store only while working, so
+/// dropping the store ends it too.
+fn run_persister(store: Weak<Store>, buffer: Arc<Buffer>) {
+    let mut wait = Duration::from_millis(100);
     loop {
-        let Some(strong) = store.upgrade() else {
-            return;
-        };
-        let buffer = strong.buffer.clone();
-        let wait = backoff.take().unwrap_or(Duration::from_millis(100));
         {
             let mut signal = buffer.signal.lock();
             if !signal.wake && !signal.shutdown {
-                drop(strong);
                 buffer.wake.wait_for(&mut signal, wait);
             }
             if signal.shutdown {
@@ -624,6 +620,7 @@ fn run_persister(store: Weak<Store>) {
             }
             signal.wake = false;
         }
+        wait = Duration::from_millis(100);
         let Some(store) = store.upgrade() else {
             return;
         };
@@ -648,7 +645,7 @@ fn run_persister(store: Weak<Store>) {
             ),
             Err(e) => {
                 tracing::error!(error = %e, "persisting the write buffer failed; retrying in 1 s");
-                backoff = Some(Duration::from_secs(1));
+                wait = Duration::from_secs(1);
             }
         }
     }

@@ -11,17 +11,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, RecordBatch, TimestampNanosecondArray, UInt32Array};
+use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use quiver_ingest::schema::{ColumnType, TIME_COLUMN};
 
 use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
+use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
-use crate::table::{merge_chunks, FrozenRows, ParquetFile};
+use crate::table::{merge_chunks, time_column, time_range, FrozenRows, ParquetFile};
 
 /// Directory (inside the data directory) that holds every table's Parquet files.
 pub const TABLES_DIR: &str = "tables";
@@ -121,7 +121,7 @@ pub(crate) fn write_table_files(
         let path = data_dir.join(&relative);
         let bytes = write_parquet(&path, &rows, options.row_group_rows)?;
         let (min_time_ns, max_time_ns) =
-            crate::table::time_range(std::slice::from_ref(&rows)).unwrap_or((start, start));
+            time_range(std::slice::from_ref(&rows)).expect("a partition has rows");
         files.push(Arc::new(ParquetFile {
             entry: FileEntry {
                 id,
@@ -143,22 +143,19 @@ fn split_by_partition(
     batch: &RecordBatch,
     partition_ns: i64,
 ) -> Result<Vec<(i64, RecordBatch)>, StorageError> {
-    if batch.num_rows() == 0 {
+    let Some((min, max)) = time_range(std::slice::from_ref(batch)) else {
         return Ok(Vec::new());
+    };
+    let first = partition_start(min, partition_ns);
+    if first == partition_start(max, partition_ns) {
+        // the usual case: no per-row work
+        return Ok(vec![(first, batch.clone())]);
     }
-    let time = batch
-        .column_by_name(TIME_COLUMN)
-        .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>())
-        .ok_or_else(|| StorageError::Catalog("a buffered table has no time column".into()))?;
     let mut rows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
-    for (i, t) in time.values().iter().enumerate() {
+    for (i, t) in time_column(batch)?.values().iter().enumerate() {
         rows.entry(partition_start(*t, partition_ns))
             .or_default()
             .push(i as u32);
-    }
-    if rows.len() == 1 {
-        let start = *rows.keys().next().expect("one partition");
-        return Ok(vec![(start, batch.clone())]);
     }
     rows.into_iter()
         .map(|(start, indices)| {
@@ -182,7 +179,7 @@ fn write_parquet(
     let mut writer = ArrowWriter::try_new(
         file,
         batch.schema(),
-        Some(writer_properties(batch, row_group_rows)),
+        Some(writer_properties(batch, row_group_rows)?),
     )?;
     writer.write(batch)?;
     let file = writer.into_inner()?;
@@ -197,36 +194,27 @@ fn write_parquet(
 
 /// zstd, page-level statistics (which also writes the page index), and the sort order
 /// recorded as the file's sorting columns: every tag in schema order, then time.
-fn writer_properties(batch: &RecordBatch, row_group_rows: usize) -> WriterProperties {
-    let schema = batch.schema();
-    let mut sorting: Vec<SortingColumn> = Vec::new();
-    let mut time_index = None;
-    for (i, field) in schema.fields().iter().enumerate() {
-        match ColumnType::from_arrow(field.name(), field.data_type()) {
-            Some(ColumnType::Tag) => sorting.push(SortingColumn {
-                column_idx: i as i32,
-                descending: false,
-                nulls_first: true,
-            }),
-            Some(ColumnType::Time) => time_index = Some(i as i32),
-            _ => {}
-        }
-    }
-    if let Some(i) = time_index {
-        sorting.push(SortingColumn {
-            column_idx: i,
+fn writer_properties(
+    batch: &RecordBatch,
+    row_group_rows: usize,
+) -> Result<WriterProperties, StorageError> {
+    let (series_key, _) = series_key_and_fields(&batch.schema())?;
+    let sorting = series_key
+        .into_iter()
+        .map(|i| SortingColumn {
+            column_idx: i as i32,
             descending: false,
             nulls_first: true,
-        });
-    }
-    WriterProperties::builder()
+        })
+        .collect();
+    Ok(WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(3).expect("valid zstd level"),
         ))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(row_group_rows))
         .set_sorting_columns(Some(sorting))
-        .build()
+        .build())
 }
 
 /// Deletes Parquet files under the data directory's `tables/` that the catalog does not name

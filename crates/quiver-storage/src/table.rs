@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, TimestampNanosecondArray};
 use arrow::datatypes::{Schema, SchemaRef};
+use arrow::error::ArrowError;
 use parking_lot::RwLock;
 use quiver_ingest::schema::ColumnType;
 
@@ -160,11 +161,6 @@ impl Table {
         state.live_bytes + state.frozen.as_ref().map_or(0, |(_, bytes)| *bytes)
     }
 
-    /// The table's Parquet files, in write order.
-    pub fn files(&self) -> Arc<Vec<Arc<ParquetFile>>> {
-        self.state.read().files.clone()
-    }
-
     /// The rows as of now: buffered rows deduplicated, plus the file list. Cached per
     /// version: repeated reads between writes cost an `Arc` clone. Computed outside the lock
     /// so writers are never blocked by it.
@@ -272,13 +268,8 @@ pub(crate) fn merge_chunks<'a>(
 /// Smallest and largest `time` in `batches`, if they hold any rows.
 pub(crate) fn time_range(batches: &[RecordBatch]) -> Option<(i64, i64)> {
     let mut range: Option<(i64, i64)> = None;
-    for batch in batches {
-        let Some(time) = batch.column_by_name(quiver_ingest::schema::TIME_COLUMN) else {
-            continue;
-        };
-        let Some(time) = time.as_any().downcast_ref::<TimestampNanosecondArray>() else {
-            continue;
-        };
+    // A batch without rows may lack every column (a table that has none yet).
+    for time in batches.iter().filter_map(|b| time_column(b).ok()) {
         if let (Some(lo), Some(hi)) = (arrow::compute::min(time), arrow::compute::max(time)) {
             range = Some(match range {
                 Some((a, b)) => (a.min(lo), b.max(hi)),
@@ -287,6 +278,26 @@ pub(crate) fn time_range(batches: &[RecordBatch]) -> Option<(i64, i64)> {
         }
     }
     range
+}
+
+/// The `time` column of a table's batch, or an error naming the columns it has instead.
+pub(crate) fn time_column(batch: &RecordBatch) -> Result<&TimestampNanosecondArray, StorageError> {
+    batch
+        .column_by_name(quiver_ingest::schema::TIME_COLUMN)
+        .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>())
+        .ok_or_else(|| {
+            let schema = batch.schema();
+            let columns: Vec<String> = schema
+                .fields()
+                .iter()
+                .map(|f| format!("{} {}", f.name(), f.data_type()))
+                .collect();
+            ArrowError::SchemaError(format!(
+                "a table batch has no `time` column of type Timestamp(ns, \"UTC\"); it has: {}",
+                columns.join(", ")
+            ))
+            .into()
+        })
 }
 
 /// Rows for several tables that passed every check and whose new columns are already part of

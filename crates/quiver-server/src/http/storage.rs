@@ -18,7 +18,12 @@ pub async fn persist(State(state): State<Arc<AppState>>) -> Result<Json<Value>, 
     let started = std::time::Instant::now();
     let summary = tokio::task::spawn_blocking(move || store.persist_now())
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the persist task did not finish: {e}"),
+            )
+        })??;
     Ok(Json(json!({
         "tables": summary.tables,
         "files": summary.files,
