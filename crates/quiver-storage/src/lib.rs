@@ -141,6 +141,16 @@ struct Buffer {
     space: tokio::sync::Notify,
     /// Persist once this many bytes are buffered (`usize::MAX` without persistence).
     persist_bytes: usize,
+    /// Told about every applied write.
+    listeners: RwLock<Vec<Arc<dyn TableChangeListener>>>,
+}
+
+/// Something that wants to know when a table's rows change (a cache keyed by table versions).
+pub trait TableChangeListener: Send + Sync {
+    /// Called after a write was applied to `table` (its [`Table::version`] already bumped) and
+    /// before the write is acknowledged, on the thread applying writes: must be quick and must
+    /// not write to the store.
+    fn table_changed(&self, table: &Table);
 }
 
 #[derive(Default)]
@@ -166,16 +176,25 @@ impl Buffer {
             wake: Condvar::new(),
             space: tokio::sync::Notify::new(),
             persist_bytes,
+            listeners: RwLock::new(Vec::new()),
         }
     }
 
-    /// Applies durable rows (WAL sequence `seq`, 0 without a WAL).
+    /// Applies durable rows (WAL sequence `seq`, 0 without a WAL), then tells the change
+    /// listeners (before the write is acknowledged).
     fn apply(&self, seq: u64, rows: PreparedRows) {
         let mut applied = self.gate.lock();
-        let added = table::apply_rows(rows);
+        let added = table::apply_rows(&rows);
         applied.seq = applied.seq.max(seq);
         applied.oldest.get_or_insert_with(Instant::now);
         drop(applied);
+        let listeners = self.listeners.read();
+        for table in rows.tables() {
+            for listener in listeners.iter() {
+                listener.table_changed(table);
+            }
+        }
+        drop(listeners);
         let total = self.bytes.fetch_add(added, Ordering::AcqRel) + added;
         if total >= self.persist_bytes {
             self.wake_persister();
@@ -321,6 +340,11 @@ impl Store {
             .map_err(|e| StorageError::io(&persistence.data_dir, e))?;
         *persistence.thread.lock() = Some(handle);
         Ok(())
+    }
+
+    /// Registers `listener` to be told about every write applied from now on.
+    pub fn add_change_listener(&self, listener: Arc<dyn TableChangeListener>) {
+        self.buffer.listeners.write().push(listener);
     }
 
     /// The database called `name`, if it exists.
@@ -691,6 +715,7 @@ fn restore_databases(
             db.tables.write().insert(
                 table_name.clone(),
                 Arc::new(Table::restore(
+                    name.clone(),
                     table_name.clone(),
                     columns,
                     table.version,
@@ -786,7 +811,7 @@ impl Database {
                     Some(table) => table.clone(),
                     None => {
                         validate_table_name(&decoded.name)?;
-                        let table = Arc::new(Table::new(decoded.name.clone()));
+                        let table = Arc::new(Table::new(self.name.clone(), decoded.name.clone()));
                         created.push(table.clone());
                         table
                     }
@@ -813,7 +838,9 @@ impl Database {
     }
 }
 
-fn validate_table_name(name: &str) -> Result<(), StorageError> {
+/// Table names: non-empty and at most 512 bytes (checked before any write; the message says
+/// which rule a name breaks).
+pub fn validate_table_name(name: &str) -> Result<(), StorageError> {
     let reason = if name.is_empty() {
         "it is empty"
     } else if name.len() > 512 {
@@ -880,7 +907,8 @@ mod tests {
         write(&store, "metrics", "cpu,host=a usage=1 1");
         write(&store, "metrics", "cpu,host=b,dc=x usage=2,idle=5i 2");
         let table = store.database("metrics").unwrap().table("cpu").unwrap();
-        assert_eq!(table.version(), 2);
+        // Each write added columns (one version) and rows (another).
+        assert_eq!(table.version(), 4);
         let snapshot = table.snapshot().unwrap();
         assert_eq!(snapshot.num_rows(), 2);
         let names: Vec<_> = snapshot
@@ -903,7 +931,7 @@ mod tests {
         assert!(Arc::ptr_eq(&s1, &table.snapshot().unwrap()));
         write(&store, "m", "cpu,host=a a=2 10");
         let s2 = table.snapshot().unwrap();
-        assert_eq!(s2.version, 2);
+        assert_eq!(s2.version, 3, "columns, rows, rows");
         assert_eq!(s2.num_rows(), 1, "same series and time is one point");
     }
 
@@ -959,7 +987,7 @@ mod tests {
         assert!(block_on(store.write("m", racing, Durability::Sync)).is_err());
         let db = store.database("m").unwrap();
         assert!(db.table("a").is_none(), "a failed write creates no table");
-        assert_eq!(db.table("b").unwrap().version(), 1);
+        assert_eq!(db.table("b").unwrap().version(), 2, "columns and rows");
         assert!(block_on(store.write(
             "fresh",
             decode(&store, "fresh", "x v=1 1"),
@@ -1072,7 +1100,8 @@ mod tests {
             assert_eq!(all_rows(&store, "m", "cpu"), before);
             // a later write overrides one persisted field of a persisted point
             write(&store, "m", "cpu,host=h0 v=-1 0");
-            assert_eq!(table.version(), 41);
+            // 41 writes, the first of which also added the columns
+            assert_eq!(table.version(), 42);
             store.close();
         }
         let catalog = catalog::load(dir.path()).unwrap();
@@ -1083,7 +1112,7 @@ mod tests {
         assert_eq!(summary.files, 3);
         assert_eq!(summary.replayed_records, 1, "{summary:?}");
         let table = store.database("m").unwrap().table("cpu").unwrap();
-        assert_eq!(table.version(), 41);
+        assert_eq!(table.version(), 42);
         let after = all_rows(&store, "m", "cpu");
         assert_eq!(after.num_rows(), before.num_rows());
         let v = after.column_by_name("v").unwrap();

@@ -94,23 +94,28 @@ struct TableState {
 
 /// A table: a named, versioned, append-only set of rows with an evolving schema.
 pub struct Table {
+    database: String,
     name: String,
     state: RwLock<TableState>,
 }
 
 impl std::fmt::Debug for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Table").field("name", &self.name).finish()
+        f.debug_struct("Table")
+            .field("database", &self.database)
+            .field("name", &self.name)
+            .finish()
     }
 }
 
 impl Table {
-    pub(crate) fn new(name: String) -> Self {
-        Table::restore(name, Vec::new(), 0, Vec::new())
+    pub(crate) fn new(database: String, name: String) -> Self {
+        Table::restore(database, name, Vec::new(), 0, Vec::new())
     }
 
     /// A table as the catalog recorded it: its columns, version and files.
     pub(crate) fn restore(
+        database: String,
         name: String,
         columns: Vec<(String, ColumnType)>,
         version: u64,
@@ -129,9 +134,15 @@ impl Table {
         };
         add_columns(&mut state, columns);
         Table {
+            database,
             name,
             state: RwLock::new(state),
         }
+    }
+
+    /// The name of the database holding this table.
+    pub fn database(&self) -> &str {
+        &self.database
     }
 
     /// The table (measurement) name.
@@ -150,7 +161,9 @@ impl Table {
         state.columns.iter().map(|(n, t)| (n.clone(), *t)).collect()
     }
 
-    /// The version: bumped by every acknowledged write to this table, never reused.
+    /// The version: bumped by every acknowledged write to this table and whenever a write adds
+    /// columns (even before it is acknowledged, as the new columns are visible at once), never
+    /// reused. Two reads at one version see the same rows and the same schema.
     pub fn version(&self) -> u64 {
         self.state.read().version
     }
@@ -344,15 +357,26 @@ pub(crate) fn prepare_rows(
         plans.push(table.new_columns(state, batch, limits)?);
     }
     for (state, added) in guards.iter_mut().zip(plans) {
-        add_columns(state, added);
+        if !added.is_empty() {
+            // Reserved columns are visible to queries now: a new schema is a new version.
+            state.version += 1;
+            add_columns(state, added);
+        }
     }
     drop(guards);
     Ok(PreparedRows(items))
 }
 
+impl PreparedRows {
+    /// The tables the rows go to.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
+        self.0.iter().map(|(table, _)| table)
+    }
+}
+
 /// Appends prepared rows, all tables at once (readers see all of them or none), and returns
 /// the bytes added to the buffer.
-pub(crate) fn apply_rows(rows: PreparedRows) -> usize {
+pub(crate) fn apply_rows(rows: &PreparedRows) -> usize {
     let mut guards: Vec<_> = rows.0.iter().map(|(t, _)| t.state.write()).collect();
     guards
         .iter_mut()
