@@ -4,18 +4,22 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
-use datafusion::common::TableReference;
+use arrow::datatypes::{DataType, SchemaRef};
+use chrono::{DateTime, Utc};
 use datafusion::error::DataFusionError;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use parking_lot::Mutex;
 use quiver_storage::Store;
 
+use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::params::QueryParams;
 
 /// Settings of the SQL engine.
 #[derive(Debug, Clone)]
@@ -88,6 +92,26 @@ pub struct QueryEngine {
     /// One DataFusion context per database (its default schema); contexts are cheap to use but
     /// not to build, and the catalog behind them is live, so they never go stale.
     contexts: Mutex<HashMap<String, SessionContext>>,
+    /// See [`QueryEngine::semantic_settings`].
+    semantic_settings: String,
+}
+
+/// What a statement returns and what it needs bound, known before running it.
+#[derive(Debug, Clone)]
+pub struct StatementDescription {
+    /// The result's schema.
+    pub schema: SchemaRef,
+    /// Placeholders (`$1`, `$name`) in order, with their types where the plan determines them.
+    pub parameters: Vec<(String, Option<DataType>)>,
+}
+
+/// How to run one analysed statement.
+#[derive(Debug, Clone, Default)]
+pub struct ExecuteOptions {
+    /// Values for the statement's placeholders (`$1`, `$name`).
+    pub params: QueryParams,
+    /// The query's clock (`now()`, `current_date`); the actual time if `None`.
+    pub now: Option<DateTime<Utc>>,
 }
 
 impl QueryEngine {
@@ -96,11 +120,18 @@ impl QueryEngine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.memory_limit_bytes, 1.0)
             .build_arc()?;
+        let config = session_config(&options);
+        let settings = config.options();
+        let semantic_settings = format!(
+            "time_zone={:?};ident_normalization={}",
+            settings.execution.time_zone, settings.sql_parser.enable_ident_normalization
+        );
         Ok(QueryEngine {
             store,
             options,
             runtime,
             contexts: Mutex::new(HashMap::new()),
+            semantic_settings,
         })
     }
 
@@ -109,11 +140,8 @@ impl QueryEngine {
         contexts
             .entry(database.to_string())
             .or_insert_with(|| {
-                let config = SessionConfig::new()
-                    .with_information_schema(true)
-                    .with_create_default_catalog_and_schema(false)
-                    .with_default_catalog_and_schema(CATALOG_NAME, database)
-                    .with_target_partitions(self.options.target_partitions);
+                let config = session_config(&self.options)
+                    .with_default_catalog_and_schema(CATALOG_NAME, database);
                 let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
                 ctx.register_catalog(
                     CATALOG_NAME,
@@ -131,55 +159,129 @@ impl QueryEngine {
     /// [`QueryError::Invalid`] for anything DataFusion rejects (its message is kept). DDL, DML
     /// and session statements (`SET`, ...) are refused.
     pub async fn execute(&self, database: &str, sql: &str) -> Result<QueryOutput, QueryError> {
+        let analysis = self.analyze(database, sql)?;
+        self.execute_analyzed(&analysis, &ExecuteOptions::default())
+            .await
+    }
+
+    /// Parses `sql` in `database` and returns what a cache needs to know about it (see
+    /// [`QueryAnalysis`]) without planning it. Fails like [`QueryEngine::execute`] for an
+    /// unknown database or table, invalid SQL or a statement that is not read-only.
+    pub fn analyze(&self, database: &str, sql: &str) -> Result<QueryAnalysis, QueryError> {
         if self.store.database(database).is_none() {
             return Err(QueryError::DatabaseNotFound(database.to_string()));
         }
         let ctx = self.context(database);
         let state = ctx.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect)?;
+        let dialect_name = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect_name)?;
         if !is_read_only(&statement) {
             return Err(QueryError::Invalid(DataFusionError::Plan(format!(
                 "only queries (SELECT, WITH, SHOW, EXPLAIN, DESCRIBE) are accepted here, not: {statement}"
             ))));
         }
-        for reference in state.resolve_table_references(&statement)? {
-            self.check_table_exists(database, &reference)?;
+        let references = state.resolve_table_references(&statement)?;
+        let tables: Vec<Option<ScannedTable>> = references
+            .iter()
+            .map(|reference| analyze::resolve(reference, database))
+            .collect();
+        for table in tables.iter().flatten() {
+            self.check_table_exists(table)?;
         }
-        let plan = state.statement_to_plan(statement).await?;
+        let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
+            QueryError::Internal(DataFusionError::Internal(format!(
+                "unsupported SQL dialect {dialect_name}"
+            )))
+        })?;
+        Ok(analyze::analyze(
+            &state,
+            dialect.as_ref(),
+            database,
+            sql,
+            statement,
+            tables,
+        )?)
+    }
+
+    /// Plans and starts an analysed statement with bound parameters and, optionally, a fixed
+    /// query clock.
+    pub async fn execute_analyzed(
+        &self,
+        analysis: &QueryAnalysis,
+        options: &ExecuteOptions,
+    ) -> Result<QueryOutput, QueryError> {
+        let ctx = self.context(&analysis.database);
+        let mut state = ctx.state();
+        if let Some(now) = options.now {
+            state.execution_props_mut().query_execution_start_time = Some(now);
+        }
+        let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
         datafusion::execution::context::SQLOptions::new()
             .with_allow_ddl(false)
             .with_allow_dml(false)
             .with_allow_statements(false)
             .verify_plan(&plan)?;
-        let frame = ctx.execute_logical_plan(plan).await?;
-        let schema = Arc::new(frame.schema().as_arrow().clone());
-        let stream = frame.execute_stream().await?;
+        if let Some(params) = options.params.to_param_values() {
+            plan = plan.with_param_values(params)?;
+        }
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let physical = state.create_physical_plan(&plan).await?;
+        let stream = execute_stream(physical, state.task_ctx())?;
         Ok(QueryOutput { schema, stream })
     }
 
-    fn check_table_exists(
+    /// The output schema of an analysed statement and its placeholders' types (`None` where
+    /// the statement does not determine one), from planning it without running it.
+    pub async fn describe(
         &self,
-        database: &str,
-        reference: &TableReference,
-    ) -> Result<(), QueryError> {
-        let resolved = reference.clone().resolve(CATALOG_NAME, database);
-        if resolved.catalog.as_ref() != CATALOG_NAME
-            || resolved.schema.as_ref() == "information_schema"
-        {
-            return Ok(()); // DataFusion reports unknown catalogs itself
-        }
-        let Some(db) = self.store.database(&resolved.schema) else {
-            return Err(QueryError::DatabaseNotFound(resolved.schema.to_string()));
+        analysis: &QueryAnalysis,
+    ) -> Result<StatementDescription, QueryError> {
+        let ctx = self.context(&analysis.database);
+        let state = ctx.state();
+        let plan = state.statement_to_plan(analysis.statement.clone()).await?;
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let mut parameters: Vec<(String, Option<DataType>)> =
+            plan.get_parameter_types()?.into_iter().collect();
+        // `$1, $2, ..., $10` in numeric order, named placeholders after them by name.
+        parameters.sort_by_key(|(name, _)| {
+            let number = name.trim_start_matches('$').parse::<usize>().ok();
+            (number.is_none(), number, name.clone())
+        });
+        Ok(StatementDescription { schema, parameters })
+    }
+
+    /// The session settings that can change a query's answer, as one string (part of a cache
+    /// key). Every database's session has the same settings.
+    pub fn semantic_settings(&self) -> &str {
+        &self.semantic_settings
+    }
+
+    /// The store this engine reads.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Fails unless `table` (already resolved) exists; DataFusion reports unknown catalogs
+    /// and `information_schema` tables itself.
+    fn check_table_exists(&self, table: &ScannedTable) -> Result<(), QueryError> {
+        let Some(db) = self.store.database(&table.database) else {
+            return Err(QueryError::DatabaseNotFound(table.database.clone()));
         };
-        if db.table(&resolved.table).is_none() {
+        if db.table(&table.table).is_none() {
             return Err(QueryError::TableNotFound {
-                database: resolved.schema.to_string(),
-                table: resolved.table.to_string(),
+                database: table.database.clone(),
+                table: table.table.clone(),
             });
         }
         Ok(())
     }
+}
+
+fn session_config(options: &QueryOptions) -> SessionConfig {
+    SessionConfig::new()
+        .with_information_schema(true)
+        .with_create_default_catalog_and_schema(false)
+        .with_target_partitions(options.target_partitions)
 }
 
 /// True for statements that only read: queries, `SHOW`, `EXPLAIN` of a query, `DESCRIBE`.

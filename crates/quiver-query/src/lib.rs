@@ -5,12 +5,18 @@
 //! It knows nothing of HTTP, gRPC or the Postgres wire protocol: callers hand it a database
 //! name and a statement and get back an Arrow schema and a stream of record batches.
 
+mod analyze;
 mod catalog;
 mod dedup_exec;
 mod engine;
+mod params;
 mod provider;
 
+pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
 pub use catalog::{QuiverCatalog, CATALOG_NAME};
 pub use dedup_exec::DeduplicateExec;
-pub use engine::{QueryEngine, QueryError, QueryOptions, QueryOutput};
+pub use engine::{
+    ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, StatementDescription,
+};
+pub use params::QueryParams;
 pub use provider::QuiverTable;
