@@ -1,0 +1,97 @@
+//! One cached answer: the Arrow batches, shared by reference, and the encodings produced so far.
+
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+/// A query's whole answer as Arrow batches, plus the bytes of every output format it was
+/// encoded to so far (keyed by a format name the caller chooses).
+#[derive(Debug)]
+pub struct CachedResult {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    rows: usize,
+    batch_bytes: usize,
+    encodings: RwLock<Vec<(String, Bytes)>>,
+    computed_at: Instant,
+}
+
+impl CachedResult {
+    /// A result of `batches` (all of `schema`).
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        let rows = batches.iter().map(RecordBatch::num_rows).sum();
+        let batch_bytes = batches_size(&batches);
+        CachedResult {
+            schema,
+            batches,
+            rows,
+            batch_bytes,
+            encodings: RwLock::new(Vec::new()),
+            computed_at: Instant::now(),
+        }
+    }
+
+    /// The result's schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The result's rows.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// Number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The bytes of `format`, if the result was encoded to it before.
+    pub fn encoding(&self, format: &str) -> Option<Bytes> {
+        self.encodings
+            .read()
+            .iter()
+            .find(|(f, _)| f == format)
+            .map(|(_, bytes)| bytes.clone())
+    }
+
+    /// Keeps `bytes` as the encoding of `format` if the whole entry stays within `max_bytes`;
+    /// returns whether it was kept.
+    pub(crate) fn add_encoding(&self, format: &str, bytes: Bytes, max_bytes: usize) -> bool {
+        let mut encodings = self.encodings.write();
+        if encodings.iter().any(|(f, _)| f == format) {
+            return false;
+        }
+        let encoded: usize = encodings.iter().map(|(_, b)| b.len()).sum();
+        if self.batch_bytes + encoded + bytes.len() > max_bytes {
+            return false;
+        }
+        encodings.push((format.to_string(), bytes));
+        true
+    }
+
+    /// Bytes of memory held: batches plus encodings.
+    pub fn size(&self) -> usize {
+        self.batch_bytes
+            + self
+                .encodings
+                .read()
+                .iter()
+                .map(|(_, b)| b.len())
+                .sum::<usize>()
+    }
+
+    /// When the result was computed.
+    pub(crate) fn computed_at(&self) -> Instant {
+        self.computed_at
+    }
+}
+
+/// Memory held by `batches` (buffers shared between batches counted once per batch: an
+/// overestimate, never an underestimate).
+pub(crate) fn batches_size(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::get_array_memory_size).sum()
+}

@@ -1,0 +1,29 @@
+//! `quiver-cache` answers repeated queries from memory and is never stale.
+//!
+//! A cached answer is keyed by everything that determines it: the canonical query text (see
+//! [`quiver_query::canonical_sql`]), the bound parameters, the database, the session's
+//! semantic settings, the caller's access scope and the *version of every table the query
+//! scans*. Storage bumps a table's version before it acknowledges a write, so a query that
+//! arrives after the acknowledgement builds a key no earlier answer was stored under; the
+//! entries of old versions are then removed eagerly (the store tells the cache about every
+//! write). An answer is stored only if no table it read changed while it was computed.
+//!
+//! Entries hold the result as Arrow batches shared by reference and, once produced, the
+//! encoded bytes of each output format, so a repeat in the same format costs a copy of ready
+//! bytes. Capacity is counted in bytes; admission is TinyLFU (moka); entries expire after a
+//! TTL and an idle time; results larger than the entry limit stream through uncached; N
+//! concurrent identical misses run the query once (single-flight).
+//!
+//! The crate knows nothing of protocols: callers name their output formats with a string.
+
+mod cache;
+mod config;
+mod entry;
+mod key;
+mod service;
+mod stats;
+
+pub use config::CacheConfig;
+pub use entry::CachedResult;
+pub use service::{Answer, AnswerBody, CachedAnswer, QueryRequest, QueryService, Verdict};
+pub use stats::CacheStats;

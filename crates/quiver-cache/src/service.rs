@@ -1,0 +1,458 @@
+//! Queries through the cache: analyse, bypass or look up, and on a miss run the query once for
+//! all identical concurrent misses (single-flight) and store the answer under the versions it
+//! read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use arrow::array::RecordBatch;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::future::{BoxFuture, Shared, WeakShared};
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use moka::sync::Cache;
+use parking_lot::Mutex;
+use quiver_query::{
+    Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
+    ScannedTable,
+};
+use quiver_storage::{Table, TableChangeListener};
+
+use crate::cache::Entries;
+use crate::config::CacheConfig;
+use crate::entry::{batches_size, CachedResult};
+use crate::key::{CacheKey, KeySpec};
+use crate::stats::{CacheStats, Counters};
+
+/// Statements longer than this are analysed afresh each time rather than remembered by text.
+const MAX_REMEMBERED_SQL_BYTES: usize = 64 << 10;
+
+/// One query as a protocol hands it over.
+#[derive(Debug, Clone, Default)]
+pub struct QueryRequest {
+    /// The database the statement runs in.
+    pub database: String,
+    /// The SQL text as received.
+    pub sql: String,
+    /// Values for the statement's placeholders.
+    pub params: QueryParams,
+    /// The caller's access scope; answers are never shared between scopes.
+    pub scope: String,
+    /// Skip the cache: run afresh and do not store (HTTP `Cache-Control: no-cache`).
+    pub no_cache: bool,
+}
+
+/// How a query was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// From the cache, without running the query.
+    Hit,
+    /// Cacheable, not cached: run (or joined an identical running query).
+    Miss,
+    /// Not cacheable, or the caller asked to skip the cache: run, not stored.
+    Bypass,
+}
+
+impl Verdict {
+    /// `HIT`, `MISS` or `BYPASS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Hit => "HIT",
+            Verdict::Miss => "MISS",
+            Verdict::Bypass => "BYPASS",
+        }
+    }
+}
+
+/// A query's answer and how it was obtained.
+pub struct Answer {
+    /// Hit, miss or bypass.
+    pub verdict: Verdict,
+    /// The rows.
+    pub body: AnswerBody,
+}
+
+/// The rows of an answer: whole and shareable, or streamed.
+pub enum AnswerBody {
+    /// The whole result, possibly with ready encodings.
+    Cached(CachedAnswer),
+    /// A result streamed as it is computed (bypasses and results over the entry limit).
+    Streamed(QueryOutput),
+}
+
+/// A whole result and the key it is (or would have been) cached under.
+pub struct CachedAnswer {
+    key: CacheKey,
+    result: Arc<CachedResult>,
+}
+
+impl CachedAnswer {
+    /// The result.
+    pub fn result(&self) -> &Arc<CachedResult> {
+        &self.result
+    }
+}
+
+#[derive(Clone)]
+enum FlightFailure {
+    Query(Arc<QueryError>),
+    /// The result outgrew the entry limit: the first waiter to take the output streams it,
+    /// the others run the query themselves.
+    TooLarge(Arc<Mutex<Option<QueryOutput>>>),
+}
+
+type FlightOutcome = Result<Arc<CachedResult>, FlightFailure>;
+type Flight = Shared<BoxFuture<'static, FlightOutcome>>;
+
+/// The query engine behind the result cache: what every protocol calls.
+pub struct QueryService {
+    engine: Arc<QueryEngine>,
+    config: CacheConfig,
+    counters: Arc<Counters>,
+    entries: Entries,
+    flights: Mutex<HashMap<CacheKey, WeakShared<BoxFuture<'static, FlightOutcome>>>>,
+    /// Analyses by database and exact SQL text: an exact repeat skips parsing (never the
+    /// version check, which needs no parsing).
+    analyses: Cache<String, Arc<QueryAnalysis>>,
+}
+
+impl QueryService {
+    /// A cache over `engine`, told about every write to the engine's store.
+    pub fn new(engine: Arc<QueryEngine>, config: CacheConfig) -> Arc<Self> {
+        let counters = Arc::new(Counters::default());
+        let service = Arc::new(QueryService {
+            entries: Entries::new(&config, counters.clone()),
+            engine,
+            config,
+            counters,
+            flights: Mutex::new(HashMap::new()),
+            analyses: Cache::builder()
+                .max_capacity(32 << 20)
+                .weigher(|k: &String, _: &Arc<QueryAnalysis>| {
+                    u32::try_from(k.len() * 3).unwrap_or(u32::MAX)
+                })
+                .build(),
+        });
+        let listener = Arc::new(ChangeListener(Arc::downgrade(&service)));
+        service.engine.store().add_change_listener(listener);
+        service
+    }
+
+    /// The engine queries run on.
+    pub fn engine(&self) -> &Arc<QueryEngine> {
+        &self.engine
+    }
+
+    /// The cache settings.
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// Answers `request`: from the cache if an answer for the current table versions is
+    /// there, else by running it (once for all identical concurrent misses).
+    pub async fn query(
+        self: &Arc<Self>,
+        request: &QueryRequest,
+    ) -> Result<Answer, Arc<QueryError>> {
+        let analysis = self.analysis(&request.database, &request.sql)?;
+        let answer = self.answer(request, analysis).await;
+        if let Ok(answer) = &answer {
+            self.log(answer.verdict);
+        }
+        answer
+    }
+
+    async fn answer(
+        self: &Arc<Self>,
+        request: &QueryRequest,
+        analysis: Arc<QueryAnalysis>,
+    ) -> Result<Answer, Arc<QueryError>> {
+        let mut options = ExecuteOptions {
+            params: request.params.clone(),
+            now: None,
+        };
+        if !self.config.enabled || request.no_cache {
+            return self.bypass(&analysis, &options).await;
+        }
+        let clock_bucket = match (&analysis.cacheability, self.config.clock_granularity) {
+            (Cacheability::Never(_), _) | (Cacheability::ClockDependent, None) => {
+                return self.bypass(&analysis, &options).await
+            }
+            (Cacheability::Deterministic, _) => None,
+            (Cacheability::ClockDependent, Some(granularity)) => {
+                let (bucket, start) = clock_bucket(Utc::now(), granularity);
+                options.now = Some(start);
+                Some(bucket)
+            }
+        };
+        let Some(versions) = self.versions(&analysis.tables) else {
+            // A table is gone or was never there: let the engine say so.
+            return self.bypass(&analysis, &options).await;
+        };
+        let key = CacheKey::new(KeySpec {
+            canonical: &analysis.canonical,
+            database: &analysis.database,
+            params: request.params.fingerprint(),
+            settings: self.engine.semantic_settings(),
+            scope: &request.scope,
+            clock_bucket,
+            versions,
+        });
+        if let Some(result) = self.entries.get(&key) {
+            Counters::bump(&self.counters.hits);
+            return Ok(Answer {
+                verdict: Verdict::Hit,
+                body: AnswerBody::Cached(CachedAnswer { key, result }),
+            });
+        }
+        Counters::bump(&self.counters.misses);
+        let body = match self
+            .join_flight(&key, analysis.clone(), options.clone())
+            .await
+        {
+            Ok(result) => AnswerBody::Cached(CachedAnswer { key, result }),
+            Err(FlightFailure::Query(e)) => return Err(e),
+            Err(FlightFailure::TooLarge(output)) => {
+                let taken = output.lock().take();
+                match taken {
+                    Some(output) => AnswerBody::Streamed(output),
+                    None => AnswerBody::Streamed(self.run(&analysis, &options).await?),
+                }
+            }
+        };
+        Ok(Answer {
+            verdict: Verdict::Miss,
+            body,
+        })
+    }
+
+    async fn bypass(
+        &self,
+        analysis: &QueryAnalysis,
+        options: &ExecuteOptions,
+    ) -> Result<Answer, Arc<QueryError>> {
+        let output = self.run(analysis, options).await?;
+        Counters::bump(&self.counters.bypasses);
+        Ok(Answer {
+            verdict: Verdict::Bypass,
+            body: AnswerBody::Streamed(output),
+        })
+    }
+
+    async fn run(
+        &self,
+        analysis: &QueryAnalysis,
+        options: &ExecuteOptions,
+    ) -> Result<QueryOutput, Arc<QueryError>> {
+        self.engine
+            .execute_analyzed(analysis, options)
+            .await
+            .map_err(Arc::new)
+    }
+
+    /// The analysis of `sql` in `database`, remembered by exact text.
+    fn analysis(&self, database: &str, sql: &str) -> Result<Arc<QueryAnalysis>, Arc<QueryError>> {
+        let remember = sql.len() <= MAX_REMEMBERED_SQL_BYTES;
+        let text_key = remember.then(|| format!("{database}\0{sql}"));
+        if let Some(found) = text_key.as_ref().and_then(|k| self.analyses.get(k)) {
+            return Ok(found);
+        }
+        let analysis = Arc::new(self.engine.analyze(database, sql).map_err(Arc::new)?);
+        if let Some(text_key) = text_key {
+            self.analyses.insert(text_key, analysis.clone());
+        }
+        Ok(analysis)
+    }
+
+    /// The current version of each table; `None` if one does not exist.
+    fn versions(&self, tables: &[ScannedTable]) -> Option<Vec<(ScannedTable, u64)>> {
+        tables
+            .iter()
+            .map(|t| self.current_version(t).map(|v| (t.clone(), v)))
+            .collect()
+    }
+
+    fn current_version(&self, table: &ScannedTable) -> Option<u64> {
+        self.engine
+            .store()
+            .database(&table.database)?
+            .table(&table.table)
+            .map(|t| t.version())
+    }
+
+    /// Waits for the running execution of `key`, or starts it.
+    async fn join_flight(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        analysis: Arc<QueryAnalysis>,
+        options: ExecuteOptions,
+    ) -> FlightOutcome {
+        let flight: Flight = {
+            let mut flights = self.flights.lock();
+            match flights.get(key).and_then(WeakShared::upgrade) {
+                Some(running) => {
+                    Counters::bump(&self.counters.coalesced);
+                    running
+                }
+                None => {
+                    flights.retain(|_, weak| weak.upgrade().is_some());
+                    let flight = self
+                        .clone()
+                        .execute_and_store(key.clone(), analysis, options)
+                        .boxed()
+                        .shared();
+                    let weak = flight.downgrade().expect("a new flight has not completed");
+                    flights.insert(key.clone(), weak);
+                    flight
+                }
+            }
+        };
+        flight.await
+    }
+
+    /// Runs a missed query, collects it (up to the entry limit) and stores it if no table it
+    /// read changed meanwhile.
+    async fn execute_and_store(
+        self: Arc<Self>,
+        key: CacheKey,
+        analysis: Arc<QueryAnalysis>,
+        options: ExecuteOptions,
+    ) -> FlightOutcome {
+        Counters::bump(&self.counters.executions);
+        let outcome = self.collect(&analysis, &options).await;
+        if let Ok(result) = &outcome {
+            let current = |t: &ScannedTable| self.current_version(t);
+            if self.entries.admit(&key, result, current) {
+                Counters::bump(&self.counters.inserts);
+            } else if result.size() + key.size() <= self.entries.max_entry_bytes() {
+                Counters::bump(&self.counters.not_stored_changed);
+            } else {
+                Counters::bump(&self.counters.too_large);
+            }
+        }
+        self.flights.lock().remove(&key);
+        outcome
+    }
+
+    async fn collect(&self, analysis: &QueryAnalysis, options: &ExecuteOptions) -> FlightOutcome {
+        let output = self
+            .run(analysis, options)
+            .await
+            .map_err(FlightFailure::Query)?;
+        let schema = output.schema.clone();
+        let mut stream = output.stream;
+        let mut batches: Vec<RecordBatch> = Vec::new();
+        let mut bytes = 0;
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| FlightFailure::Query(Arc::new(QueryError::from(e))))?
+        {
+            bytes += batches_size(std::slice::from_ref(&batch));
+            batches.push(batch);
+            if bytes > self.entries.max_entry_bytes() {
+                Counters::bump(&self.counters.too_large);
+                let rest = futures::stream::iter(batches.into_iter().map(Ok)).chain(stream);
+                let output = QueryOutput {
+                    schema: schema.clone(),
+                    stream: Box::pin(RecordBatchStreamAdapter::new(schema, rest)),
+                };
+                return Err(FlightFailure::TooLarge(Arc::new(Mutex::new(Some(output)))));
+            }
+        }
+        Ok(Arc::new(CachedResult::new(schema, batches)))
+    }
+
+    /// The ready bytes of `answer` in `format`, if it was encoded to it before.
+    pub fn encoding(&self, answer: &CachedAnswer, format: &str) -> Option<Bytes> {
+        answer.result.encoding(format)
+    }
+
+    /// Keeps `bytes` as `answer`'s encoding in `format` for later hits (if the entry stays
+    /// within the entry limit) and re-weighs the entry.
+    pub fn keep_encoding(&self, answer: &CachedAnswer, format: &str, bytes: Bytes) {
+        let limit = self
+            .entries
+            .max_entry_bytes()
+            .saturating_sub(answer.key.size());
+        if answer.result.add_encoding(format, bytes, limit) {
+            let current = |t: &ScannedTable| self.current_version(t);
+            self.entries.reweigh(&answer.key, &answer.result, current);
+        }
+    }
+
+    /// Entries, bytes and counters.
+    pub fn stats(&self) -> CacheStats {
+        self.entries.stats()
+    }
+
+    /// Drops every cached answer (and every remembered analysis); returns how many answers
+    /// there were.
+    pub fn clear(&self) -> u64 {
+        self.analyses.invalidate_all();
+        self.entries.clear()
+    }
+
+    fn log(&self, verdict: Verdict) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // Approximate entries and bytes: settling the cache per query would change what
+            // is measured.
+            let stats = self.entries.approximate_stats();
+            tracing::debug!(
+                verdict = verdict.as_str(),
+                entries = stats.entries,
+                bytes = stats.bytes,
+                hits = stats.hits,
+                misses = stats.misses,
+                bypasses = stats.bypasses,
+                hit_ratio = stats.hit_ratio,
+                evictions = stats.evictions,
+                invalidations = stats.invalidations,
+                "result cache"
+            );
+        }
+    }
+}
+
+/// The instant `now` rounded down to `granularity`, and the bucket's number.
+fn clock_bucket(now: DateTime<Utc>, granularity: std::time::Duration) -> (i64, DateTime<Utc>) {
+    let step = i64::try_from(granularity.as_nanos())
+        .unwrap_or(i64::MAX)
+        .max(1);
+    let nanos = now.timestamp_nanos_opt().unwrap_or(i64::MAX);
+    let bucket = nanos.div_euclid(step);
+    (bucket, DateTime::from_timestamp_nanos(bucket * step))
+}
+
+/// Removes a table's old entries when a write is applied to it.
+struct ChangeListener(Weak<QueryService>);
+
+impl TableChangeListener for ChangeListener {
+    fn table_changed(&self, table: &Table) {
+        if let Some(service) = self.0.upgrade() {
+            let scanned = ScannedTable {
+                database: table.database().to_string(),
+                table: table.name().to_string(),
+            };
+            service.entries.table_changed(&scanned, table.version());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_buckets_round_down() {
+        let t = DateTime::from_timestamp(1_700_000_123, 456).unwrap();
+        let (bucket, start) = clock_bucket(t, std::time::Duration::from_secs(60));
+        assert_eq!(start, DateTime::from_timestamp(1_700_000_100, 0).unwrap());
+        let (next, _) = clock_bucket(
+            DateTime::from_timestamp(1_700_000_160, 0).unwrap(),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(next, bucket + 1);
+    }
+}

@@ -1,0 +1,329 @@
+//! The result cache against a real store and engine: verdicts, eager removal of old versions,
+//! keys that keep literals, quoted identifiers, parameters and scopes apart, volatile
+//! functions, the byte bound, the entry limit, expiry and single-flight.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Fixture;
+use datafusion::common::ScalarValue;
+use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, Verdict};
+use quiver_query::QueryParams;
+
+fn config() -> CacheConfig {
+    CacheConfig {
+        capacity_bytes: 64 << 20,
+        max_entry_bytes: 16 << 20,
+        ..CacheConfig::default()
+    }
+}
+
+const COUNT: &str = "SELECT host, count(*) AS n FROM cpu GROUP BY host ORDER BY host";
+
+#[tokio::test]
+async fn a_repeat_hits_until_a_write_and_old_versions_are_removed_at_once() {
+    let f = Fixture::new(config());
+    f.write("cpu,host=a v=1 1\ncpu,host=b v=2 2\n").await;
+    let (verdict, first) = f.cached(COUNT, "").await;
+    assert_eq!(verdict, Verdict::Miss);
+    let (verdict, again) = f.cached(COUNT, "").await;
+    assert_eq!(verdict, Verdict::Hit);
+    assert_eq!(first, again);
+    assert_eq!(f.service.stats().entries, 1);
+
+    f.write("cpu,host=a v=3 3\n").await;
+    // The write is acknowledged: its entry of the old version is gone already.
+    let stats = f.service.stats();
+    assert_eq!(stats.entries, 0, "{stats:?}");
+    assert_eq!(stats.invalidations, 1);
+    let (verdict, after) = f.cached(COUNT, "").await;
+    assert_eq!(verdict, Verdict::Miss);
+    assert_ne!(after, first);
+    assert_eq!(after, f.uncached(COUNT, &QueryParams::None).await);
+
+    // A write to another table leaves this entry alone.
+    f.write("mem,host=a free=1 1\n").await;
+    assert_eq!(f.cached(COUNT, "").await.0, Verdict::Hit);
+    let stats = f.service.stats();
+    assert_eq!((stats.hits, stats.misses, stats.executions), (2, 2, 2));
+}
+
+#[tokio::test]
+async fn formatting_does_not_matter_but_literals_and_quoted_identifiers_do() {
+    let f = Fixture::new(config());
+    f.write("people,name=Bob,Host=X,host=y v=1 1\npeople,name=bob,Host=Z,host=y v=2 2\n")
+        .await;
+    let upper = "SELECT v FROM people WHERE name = 'Bob'";
+    let lower = "SELECT v FROM people WHERE name = 'bob'";
+    let (v1, bob) = f.cached(upper, "").await;
+    let (v2, lower_bob) = f.cached(lower, "").await;
+    assert_eq!((v1, v2), (Verdict::Miss, Verdict::Miss));
+    assert_ne!(bob, lower_bob);
+    let reformatted = "select  V\n from PEOPLE -- same query\n where NAME='Bob';";
+    let (v3, same) = f.cached(reformatted, "").await;
+    assert_eq!(v3, Verdict::Hit);
+    assert_eq!(same, bob);
+
+    let (q1, quoted_upper) = f.cached("SELECT \"Host\" FROM people ORDER BY 1", "").await;
+    let (q2, quoted_lower) = f.cached("SELECT \"host\" FROM people ORDER BY 1", "").await;
+    assert_eq!((q1, q2), (Verdict::Miss, Verdict::Miss));
+    assert_ne!(quoted_upper, quoted_lower);
+    // Unquoted `HOST` folds to `host`: the same answer as `"host"`, computed under its own key.
+    let (q3, folded) = f.cached("SELECT HOST FROM people ORDER BY 1", "").await;
+    assert_eq!(q3, Verdict::Miss);
+    assert_eq!(folded, quoted_lower);
+}
+
+#[tokio::test]
+async fn scopes_and_parameters_never_share_an_entry() {
+    let f = Fixture::new(config());
+    f.write("cpu,host=a v=1 1\ncpu,host=b v=2 2\n").await;
+    assert_eq!(f.cached(COUNT, "alice").await.0, Verdict::Miss);
+    assert_eq!(f.cached(COUNT, "bob").await.0, Verdict::Miss);
+    assert_eq!(f.cached(COUNT, "alice").await.0, Verdict::Hit);
+    assert_eq!(f.cached(COUNT, "bob").await.0, Verdict::Hit);
+
+    let sql = "SELECT v FROM cpu WHERE host = $host";
+    let with = |host: &str| QueryRequest {
+        database: "db".into(),
+        sql: sql.into(),
+        params: QueryParams::Named(BTreeMap::from([(
+            "host".to_string(),
+            ScalarValue::Utf8(Some(host.into())),
+        )])),
+        ..QueryRequest::default()
+    };
+    let (va, a) = f.cached_with(with("a")).await;
+    let (vb, b) = f.cached_with(with("b")).await;
+    assert_eq!((va, vb), (Verdict::Miss, Verdict::Miss));
+    assert_ne!(a, b);
+    assert_eq!(a, f.uncached(sql, &with("a").params).await);
+    assert_eq!(f.cached_with(with("a")).await, (Verdict::Hit, a));
+}
+
+#[tokio::test]
+async fn volatile_and_metadata_queries_bypass_and_no_cache_stores_nothing() {
+    let f = Fixture::new(config());
+    f.write("cpu,host=a v=1 1\n").await;
+    for sql in [
+        "SELECT random() AS r",
+        "SELECT v, random() AS r FROM cpu",
+        "SELECT now() AS t",
+        "SELECT count(*) FROM cpu WHERE time > now() - INTERVAL '1 hour'",
+        "SELECT current_date AS d",
+        "SELECT table_name FROM information_schema.tables",
+        "SHOW TABLES",
+        "EXPLAIN SELECT * FROM cpu",
+    ] {
+        for _ in 0..2 {
+            assert_eq!(f.cached(sql, "").await.0, Verdict::Bypass, "{sql}");
+        }
+    }
+    let request = QueryRequest {
+        database: "db".into(),
+        sql: COUNT.into(),
+        no_cache: true,
+        ..QueryRequest::default()
+    };
+    assert_eq!(f.cached_with(request.clone()).await.0, Verdict::Bypass);
+    assert_eq!(f.service.stats().entries, 0);
+    assert_eq!(f.cached(COUNT, "").await.0, Verdict::Miss);
+    assert_eq!(f.cached_with(request).await.0, Verdict::Bypass);
+    assert_eq!(f.cached(COUNT, "").await.0, Verdict::Hit);
+
+    let disabled = Fixture::new(CacheConfig {
+        enabled: false,
+        ..config()
+    });
+    disabled.write("cpu,host=a v=1 1\n").await;
+    for _ in 0..2 {
+        assert_eq!(disabled.cached(COUNT, "").await.0, Verdict::Bypass);
+    }
+}
+
+#[tokio::test]
+async fn clock_queries_are_cached_per_rounded_instant_when_asked() {
+    let f = Fixture::new(CacheConfig {
+        clock_granularity: Some(Duration::from_secs(3600)),
+        ..config()
+    });
+    f.write("cpu,host=a v=1 1\n").await;
+    let sql = "SELECT date_trunc('hour', now()) = now() AS rounded, count(*) AS n FROM cpu";
+    let (first, rows) = f.cached(sql, "").await;
+    // An hour boundary between the two requests would make the second a miss; retry once.
+    let (second, again) = f.cached(sql, "").await;
+    assert_eq!(first, Verdict::Miss);
+    assert!(
+        second == Verdict::Hit || f.cached(sql, "").await.0 == Verdict::Hit,
+        "clock-dependent query not cached"
+    );
+    assert_eq!(rows, again);
+    // The query ran with the clock rounded down to the hour.
+    assert_eq!(rows[1], "true 1", "{rows:?}");
+    assert_eq!(f.cached("SELECT random()", "").await.0, Verdict::Bypass);
+}
+
+#[tokio::test]
+async fn results_over_the_entry_limit_stream_through_uncached() {
+    let f = Fixture::new(CacheConfig {
+        max_entry_bytes: 64 << 10,
+        ..config()
+    });
+    let mut lp = String::new();
+    for i in 0..5000 {
+        lp.push_str(&format!("cpu,host=h{} v={i} {i}\n", i % 7));
+    }
+    f.write(&lp).await;
+    let sql = "SELECT host, v, time FROM cpu";
+    for _ in 0..2 {
+        let answer = f
+            .service
+            .query(&QueryRequest {
+                database: "db".into(),
+                sql: sql.into(),
+                ..QueryRequest::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(answer.verdict, Verdict::Miss);
+        let AnswerBody::Streamed(output) = answer.body else {
+            panic!("a result over the limit must stream");
+        };
+        let batches: Vec<_> = futures::TryStreamExt::try_collect(output.stream)
+            .await
+            .unwrap();
+        let rows: usize = batches
+            .iter()
+            .map(|b: &arrow::array::RecordBatch| b.num_rows())
+            .sum();
+        assert_eq!(rows, 5000);
+    }
+    let stats = f.service.stats();
+    assert_eq!((stats.entries, stats.too_large), (0, 2), "{stats:?}");
+    assert_eq!(
+        f.cached("SELECT count(*) FROM cpu", "").await.0,
+        Verdict::Miss
+    );
+    assert_eq!(
+        f.cached("SELECT count(*) FROM cpu", "").await.0,
+        Verdict::Hit
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_distinct_queries_stays_within_the_byte_capacity() {
+    let capacity = 256 << 10;
+    let f = Fixture::new(CacheConfig {
+        capacity_bytes: capacity,
+        max_entry_bytes: 64 << 10,
+        ..config()
+    });
+    let mut lp = String::new();
+    for i in 0..2000 {
+        lp.push_str(&format!("cpu,host=h{} v={i} {i}\n", i % 13));
+    }
+    f.write(&lp).await;
+    let mut max_bytes = 0;
+    for i in 0..600 {
+        let sql = format!(
+            "SELECT host, v FROM cpu WHERE v >= {} ORDER BY v",
+            1500 + i % 500
+        );
+        let (verdict, _) = f.cached(&sql, "").await;
+        assert_ne!(verdict, Verdict::Bypass);
+        let stats = f.service.stats();
+        max_bytes = max_bytes.max(stats.bytes);
+        assert!(stats.bytes <= capacity, "{stats:?}");
+    }
+    let stats = f.service.stats();
+    assert!(stats.evictions > 0, "{stats:?}");
+    assert!(stats.inserts > stats.entries, "{stats:?}");
+    assert!(
+        max_bytes > capacity / 2,
+        "the flood never filled the cache: {max_bytes}"
+    );
+}
+
+#[tokio::test]
+async fn entries_expire_after_their_ttl() {
+    let f = Fixture::new(CacheConfig {
+        ttl: Duration::from_millis(300),
+        ..config()
+    });
+    f.write("cpu,host=a v=1 1\n").await;
+    assert_eq!(f.cached(COUNT, "").await.0, Verdict::Miss);
+    assert_eq!(f.cached(COUNT, "").await.0, Verdict::Hit);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(f.cached(COUNT, "").await.0, Verdict::Miss);
+    // Expired entries are also dropped from memory (moka's timer wheel ticks about once a
+    // second) and counted.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let stats = f.service.stats();
+    assert_eq!(stats.entries, 0, "{stats:?}");
+    assert!(stats.expirations >= 1, "{stats:?}");
+}
+
+#[tokio::test]
+async fn encodings_are_kept_with_the_entry_and_counted_in_its_size() {
+    let f = Fixture::new(config());
+    f.write("cpu,host=a v=1 1\n").await;
+    let request = QueryRequest {
+        database: "db".into(),
+        sql: COUNT.into(),
+        ..QueryRequest::default()
+    };
+    let AnswerBody::Cached(first) = f.service.query(&request).await.unwrap().body else {
+        panic!("small results are cached");
+    };
+    assert!(f.service.encoding(&first, "json").is_none());
+    let before = f.service.stats().bytes;
+    f.service
+        .keep_encoding(&first, "json", bytes::Bytes::from(vec![b'x'; 10_000]));
+    let AnswerBody::Cached(hit) = f.service.query(&request).await.unwrap().body else {
+        panic!("hits are whole");
+    };
+    assert_eq!(f.service.encoding(&hit, "json").unwrap().len(), 10_000);
+    assert!(f.service.encoding(&hit, "csv").is_none());
+    assert!(f.service.stats().bytes >= before + 10_000);
+    assert_eq!(f.service.clear(), 1);
+    assert_eq!(f.service.stats().entries, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_identical_misses_execute_once() {
+    let f = Arc::new(Fixture::new(config()));
+    let mut lp = String::new();
+    for i in 0..200_000 {
+        lp.push_str(&format!("cpu,host=h{} v={i} {i}\n", i % 101));
+    }
+    f.write(&lp).await;
+    let sql = "SELECT host, avg(v) AS a, max(v) AS m FROM cpu GROUP BY host ORDER BY host";
+    let barrier = Arc::new(tokio::sync::Barrier::new(64));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (f, barrier) = (f.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                f.cached(sql, "").await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    let stats = f.service.stats();
+    assert_eq!(stats.executions, 1, "{stats:?}");
+    assert_eq!(stats.hits + stats.misses, 64, "{stats:?}");
+    assert_eq!(stats.misses, 1 + stats.coalesced, "{stats:?}");
+    assert!(
+        stats.coalesced > 0,
+        "no request joined the running query: {stats:?}"
+    );
+    let expected = f.uncached(sql, &QueryParams::None).await;
+    assert_eq!(expected.len(), 102);
+    assert!(answers.iter().all(|(_, rows)| *rows == expected));
+}
