@@ -13,6 +13,11 @@ Environment variables:
 ``QUIVER_URL``
     Base URL of an already running server to test instead of starting one
     (handy while debugging the server by hand).
+``QUIVER_FLIGHT_URI``
+    Flight SQL URI of that server (default ``grpc://127.0.0.1:8815``).
+
+The ``quiver_flight_uri`` fixture yields the started server's Flight SQL URI
+(``grpc://127.0.0.1:<port>``).
 
 Everything the server prints (stdout and stderr) goes to ``quiver.log`` in the
 session's temporary directory. When a test fails, the tail of that log is
@@ -114,6 +119,18 @@ def _stop(proc: subprocess.Popen) -> int:
     return proc.returncode
 
 
+_flight_uri: str | None = None
+
+
+@pytest.fixture(scope="session")
+def quiver_flight_uri(quiver_url: str) -> str:
+    """The Arrow Flight SQL URI of the session's server."""
+    if os.environ.get("QUIVER_URL"):
+        return os.environ.get("QUIVER_FLIGHT_URI", "grpc://127.0.0.1:8815")
+    assert _flight_uri is not None
+    return _flight_uri
+
+
 @pytest.fixture(scope="session")
 def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Start the Quiver server for the test session and yield its HTTP base URL."""
@@ -130,13 +147,14 @@ def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytrace=False,
         )
 
-    global _server_log
+    global _server_log, _flight_uri
     work_dir = tmp_path_factory.mktemp("quiver")
     data_dir = work_dir / "data"
     data_dir.mkdir()
     log_path = work_dir / "quiver.log"
     http_port, flight_port, pg_port = free_ports(3)
     base_url = f"http://127.0.0.1:{http_port}"
+    _flight_uri = f"grpc://127.0.0.1:{flight_port}"
     cmd = [
         str(binary),
         "serve",

@@ -59,6 +59,20 @@ pub struct Config {
     pub partition_hours: u64,
     /// Rows per Parquet row group.
     pub parquet_row_group_rows: usize,
+    /// Serve repeated queries from the result cache.
+    pub cache_enabled: bool,
+    /// Bytes the result cache may hold (default: 1/16 of physical memory, 64 MiB–8 GiB).
+    pub cache_capacity_bytes: u64,
+    /// Largest cached answer in bytes (batches plus encodings); bigger answers stream uncached.
+    pub cache_max_entry_bytes: u64,
+    /// A cached answer is dropped this many seconds after it was computed.
+    pub cache_ttl_secs: u64,
+    /// A cached answer is dropped after this many seconds without a hit.
+    pub cache_idle_secs: u64,
+    /// 0: queries reading the clock (`now()`, `current_date`) bypass the cache. N > 0: they run
+    /// with the clock rounded down to N seconds and are cached per rounded instant, so their
+    /// answers may lag the wall clock by up to N seconds (never the data).
+    pub cache_clock_granularity_secs: u64,
 }
 
 impl Default for Config {
@@ -85,8 +99,26 @@ impl Default for Config {
             max_buffer_bytes: 512 << 20,
             partition_hours: 24,
             parquet_row_group_rows: 128 * 1024,
+            cache_enabled: true,
+            cache_capacity_bytes: default_cache_capacity(),
+            cache_max_entry_bytes: 64 << 20,
+            cache_ttl_secs: 3600,
+            cache_idle_secs: 600,
+            cache_clock_granularity_secs: 0,
         }
     }
+}
+
+/// 1/16 of physical memory, between 64 MiB and 8 GiB (1 GiB if memory cannot be read).
+fn default_cache_capacity() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    total.map_or(1 << 30, |bytes| (bytes / 16).clamp(64 << 20, 8 << 30))
 }
 
 /// A configuration that could not be loaded; the message names the key and where it came from.
@@ -105,6 +137,14 @@ pub struct FlagOverrides {
     pub flight_addr: Option<String>,
     /// `--pg-addr`
     pub pg_addr: Option<String>,
+    /// `--cache-enabled`
+    pub cache_enabled: Option<bool>,
+    /// `--cache-capacity-bytes`
+    pub cache_capacity_bytes: Option<u64>,
+    /// `--cache-max-entry-bytes`
+    pub cache_max_entry_bytes: Option<u64>,
+    /// `--cache-ttl-secs`
+    pub cache_ttl_secs: Option<u64>,
 }
 
 impl Config {
@@ -164,18 +204,30 @@ impl Config {
                 typed_like(default, raw, &format!("environment variable {name}"))?,
             );
         }
+        let text = |v: &Option<String>| v.clone().map(Value::String);
+        let integer = |v: Option<u64>| v.map(|n| Value::Integer(n.try_into().unwrap_or(i64::MAX)));
         let flag_values = [
             (
                 "data_dir",
-                flags.data_dir.as_ref().map(|p| p.display().to_string()),
+                flags
+                    .data_dir
+                    .as_ref()
+                    .map(|p| Value::String(p.display().to_string())),
             ),
-            ("http_addr", flags.http_addr.clone()),
-            ("flight_addr", flags.flight_addr.clone()),
-            ("pg_addr", flags.pg_addr.clone()),
+            ("http_addr", text(&flags.http_addr)),
+            ("flight_addr", text(&flags.flight_addr)),
+            ("pg_addr", text(&flags.pg_addr)),
+            ("cache_enabled", flags.cache_enabled.map(Value::Boolean)),
+            ("cache_capacity_bytes", integer(flags.cache_capacity_bytes)),
+            (
+                "cache_max_entry_bytes",
+                integer(flags.cache_max_entry_bytes),
+            ),
+            ("cache_ttl_secs", integer(flags.cache_ttl_secs)),
         ];
         for (key, value) in flag_values {
             if let Some(value) = value {
-                merged.insert(key.to_string(), Value::String(value));
+                merged.insert(key.to_string(), value);
             }
         }
         let config: Config = Value::Table(merged)
@@ -210,6 +262,7 @@ impl Config {
             )));
         }
         self.persist_options().validate().map_err(ConfigError)?;
+        self.cache_config().validate().map_err(ConfigError)?;
         if self.max_request_bytes == 0 {
             return Err(ConfigError(
                 "max_request_bytes must be greater than 0".into(),
@@ -226,6 +279,20 @@ impl Config {
             max_age: std::time::Duration::from_secs(self.persist_max_age_secs),
             partition: std::time::Duration::from_secs(self.partition_hours.saturating_mul(3600)),
             row_group_rows: self.parquet_row_group_rows,
+        }
+    }
+
+    /// The result cache's settings.
+    pub fn cache_config(&self) -> quiver_cache::CacheConfig {
+        use std::time::Duration;
+        quiver_cache::CacheConfig {
+            enabled: self.cache_enabled,
+            capacity_bytes: self.cache_capacity_bytes,
+            max_entry_bytes: self.cache_max_entry_bytes,
+            ttl: Duration::from_secs(self.cache_ttl_secs),
+            idle: Duration::from_secs(self.cache_idle_secs),
+            clock_granularity: (self.cache_clock_granularity_secs > 0)
+                .then(|| Duration::from_secs(self.cache_clock_granularity_secs)),
         }
     }
 

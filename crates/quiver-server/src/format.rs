@@ -54,6 +54,18 @@ impl FromStr for Format {
 }
 
 impl Format {
+    /// The format's name as the `format` parameter spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::JsonLines => "jsonl",
+            Format::Csv => "csv",
+            Format::Arrow => "arrow",
+            Format::Parquet => "parquet",
+            Format::Pretty => "pretty",
+        }
+    }
+
     /// The format an `Accept` header asks for, if it names one we serve.
     pub fn from_accept(accept: &str) -> Option<Format> {
         accept.split(',').find_map(|part| {

@@ -3,6 +3,7 @@
 
 mod client;
 mod config;
+mod flight;
 mod format;
 mod http;
 mod serve;
@@ -52,6 +53,18 @@ struct ServerArgs {
     /// PostgreSQL wire listen address, HOST:PORT.
     #[arg(long)]
     pg_addr: Option<String>,
+    /// Serve repeated queries from the result cache (true or false).
+    #[arg(long)]
+    cache_enabled: Option<bool>,
+    /// Bytes the result cache may hold.
+    #[arg(long)]
+    cache_capacity_bytes: Option<u64>,
+    /// Largest cached answer in bytes.
+    #[arg(long)]
+    cache_max_entry_bytes: Option<u64>,
+    /// Seconds a cached answer lives after it was computed.
+    #[arg(long)]
+    cache_ttl_secs: Option<u64>,
 }
 
 impl ServerArgs {
@@ -61,6 +74,10 @@ impl ServerArgs {
             http_addr: self.http_addr,
             flight_addr: self.flight_addr,
             pg_addr: self.pg_addr,
+            cache_enabled: self.cache_enabled,
+            cache_capacity_bytes: self.cache_capacity_bytes,
+            cache_max_entry_bytes: self.cache_max_entry_bytes,
+            cache_ttl_secs: self.cache_ttl_secs,
         };
         Config::load(self.config.as_deref(), std::env::vars(), &flags)
     }

@@ -2,11 +2,14 @@
 
 use std::sync::Arc;
 
+use arrow_flight::flight_service_server::FlightServiceServer;
+use quiver_cache::QueryService;
 use quiver_query::{QueryEngine, QueryOptions};
 use quiver_storage::{Store, StoreLimits, StoreOptions, WalOptions};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
+use crate::flight::QuiverFlightSql;
 use crate::http::{self, AppState};
 
 /// Why the server could not start or stopped with an error.
@@ -126,9 +129,17 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         query_options.target_partitions = config.query_partitions;
     }
     let engine = Arc::new(QueryEngine::new(store.clone(), query_options)?);
+    let cache = config.cache_config();
+    tracing::info!(
+        enabled = cache.enabled,
+        capacity_bytes = cache.capacity_bytes,
+        max_entry_bytes = cache.max_entry_bytes,
+        "result cache"
+    );
+    let queries = QueryService::new(engine, cache);
     let state = Arc::new(AppState {
         store: store.clone(),
-        engine,
+        queries: queries.clone(),
         max_request_bytes: config.max_request_bytes,
         max_reported_line_errors: config.max_reported_line_errors,
     });
@@ -138,16 +149,40 @@ async fn serve(config: Config) -> Result<(), ServeError> {
             "cannot listen for HTTP on {}",
             config.http_addr
         )))?;
+    let flight_listener = tokio::net::TcpListener::bind(&config.flight_addr)
+        .await
+        .map_err(io_error(format!(
+            "cannot listen for Arrow Flight SQL on {}",
+            config.flight_addr
+        )))?;
     tracing::info!(
         http_addr = %config.http_addr,
+        flight_addr = %config.flight_addr,
         data_dir = %config.data_dir.display(),
         version = env!("CARGO_PKG_VERSION"),
         "quiver is serving"
     );
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(io_error("HTTP server failed"))?;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let flight = FlightServiceServer::new(QuiverFlightSql::new(store.clone(), queries))
+        .max_decoding_message_size(config.max_request_bytes)
+        .max_encoding_message_size(usize::MAX);
+    let flight = tonic::transport::Server::builder()
+        .add_service(flight)
+        .serve_with_incoming_shutdown(
+            accepted_connections(flight_listener),
+            stopped(stopping.clone()),
+        );
+    let http = axum::serve(listener, http::router(state)).with_graceful_shutdown(stopped(stopping));
+    let (http, flight) = tokio::join!(http, flight);
+    http.map_err(io_error("HTTP server failed"))?;
+    flight.map_err(|e| ServeError::Io {
+        context: "Arrow Flight SQL server failed".into(),
+        source: std::io::Error::other(e),
+    })?;
     store.close();
     if let Some(wal) = store.wal_stats() {
         tracing::info!(
@@ -171,6 +206,24 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     }
     tracing::info!("quiver stopped");
     Ok(())
+}
+
+/// Resolves once `stopping` turns true.
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// The connections `listener` accepts, as tonic serves them.
+fn accepted_connections(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| {
+            let _ = stream.set_nodelay(true);
+            stream
+        });
+        Some((accepted, listener))
+    })
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -35,6 +35,17 @@ impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
+
+    /// The same error for a gRPC caller: the status mapped to the nearest gRPC code.
+    pub fn to_grpc(&self) -> tonic::Status {
+        let message = self.body["error"].as_str().unwrap_or("request failed");
+        match self.status {
+            StatusCode::NOT_FOUND => tonic::Status::not_found(message),
+            StatusCode::SERVICE_UNAVAILABLE => tonic::Status::unavailable(message),
+            status if status.is_client_error() => tonic::Status::invalid_argument(message),
+            _ => tonic::Status::internal(message),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -50,7 +61,19 @@ impl IntoResponse for ApiError {
 
 impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
-        let status = match &e {
+        ApiError::from(&e)
+    }
+}
+
+impl From<std::sync::Arc<QueryError>> for ApiError {
+    fn from(e: std::sync::Arc<QueryError>) -> Self {
+        ApiError::from(e.as_ref())
+    }
+}
+
+impl From<&QueryError> for ApiError {
+    fn from(e: &QueryError) -> Self {
+        let status = match e {
             QueryError::DatabaseNotFound(_) | QueryError::TableNotFound { .. } => {
                 StatusCode::NOT_FOUND
             }

@@ -1,10 +1,13 @@
-//! The HTTP API (axum): InfluxDB-compatible writes, SQL queries, storage operations, health.
+//! The HTTP API (axum): InfluxDB-compatible writes, SQL queries, storage and cache operations,
+//! health.
 
 mod body;
+mod cache;
 mod error;
 mod query;
 mod storage;
 mod write;
+mod write_arrow;
 
 use std::sync::Arc;
 
@@ -12,7 +15,7 @@ use axum::http::{header, HeaderName, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use quiver_query::QueryEngine;
+use quiver_cache::QueryService;
 use quiver_storage::Store;
 
 pub use error::ApiError;
@@ -21,8 +24,8 @@ pub use error::ApiError;
 pub struct AppState {
     /// All databases.
     pub store: Arc<Store>,
-    /// The SQL engine over `store`.
-    pub engine: Arc<QueryEngine>,
+    /// The SQL engine over `store`, behind the result cache.
+    pub queries: Arc<QueryService>,
     /// Largest request body, compressed or not.
     pub max_request_bytes: usize,
     /// Most line errors listed in one write response.
@@ -37,12 +40,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v3/write_lp", post(write::write_v3))
         .route("/api/v2/write", post(write::write_v2))
         .route("/write", post(write::write_v1))
+        .route("/api/v3/write_arrow", post(write_arrow::write_arrow))
         .route(
             "/api/v3/query_sql",
             get(query::query_get).post(query::query_post),
         )
         .route("/api/v3/persist", post(storage::persist))
         .route("/api/v3/storage", get(storage::stats))
+        .route("/api/v3/cache", get(cache::stats).delete(cache::clear))
         .fallback(not_found)
         .with_state(state)
 }

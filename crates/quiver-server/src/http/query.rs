@@ -1,26 +1,42 @@
-//! The SQL query endpoint: `GET|POST /api/v3/query_sql` with `db`, `q` and `format`
-//! (`json` by default; also chosen by the `Accept` header).
+//! The SQL query endpoint: `GET|POST /api/v3/query_sql` with `db`, `q`, `format` (`json` by
+//! default; also chosen by the `Accept` header) and `params` (a JSON object for `$name`
+//! placeholders or an array for `$1`, `$2`, ...).
 //!
-//! `format=arrow` streams an Arrow IPC stream batch by batch as the query produces it; the other
-//! formats are encoded from the collected result. Errors before the first row are JSON error
-//! responses (404 for an unknown database or table, 400 for bad SQL); an error after rows have
-//! been sent aborts the response, so a client never mistakes a partial result for a whole one.
+//! Every query goes through the result cache; the response says `X-Quiver-Cache: HIT`, `MISS`
+//! or `BYPASS`. `Cache-Control: no-cache` (or `no-store`) runs the query afresh and stores
+//! nothing. Answers are cached per caller: the access scope is the presented credential
+//! (`Authorization` header), so callers with different credentials never share an entry.
+//!
+//! A cached answer is served as the ready bytes of the requested format (encoded once, on the
+//! first request in that format). An uncached `format=arrow` answer streams an Arrow IPC stream
+//! batch by batch; the other formats are encoded from the collected result. Errors before the
+//! first row are JSON error responses (404 for an unknown database or table, 400 for bad SQL);
+//! an error after rows have been sent aborts the response, so a client never mistakes a
+//! partial result for a whole one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
-use quiver_query::QueryError;
+use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest};
+use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::AppState;
 use crate::format::{ArrowStreamEncoder, Format};
+
+/// The response header carrying the result cache's verdict.
+pub const CACHE_HEADER: HeaderName = HeaderName::from_static("x-quiver-cache");
 
 /// The JSON body of `POST /api/v3/query_sql` (query-string parameters are accepted too).
 #[derive(Debug, Default, Deserialize)]
@@ -29,9 +45,10 @@ pub struct QueryBody {
     db: Option<String>,
     q: Option<String>,
     format: Option<String>,
+    params: Option<Value>,
 }
 
-/// `GET /api/v3/query_sql?db=&q=&format=`
+/// `GET /api/v3/query_sql?db=&q=&format=&params=`
 pub async fn query_get(
     State(app): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
@@ -41,11 +58,15 @@ pub async fn query_get(
         db: params.get("db").cloned(),
         q: params.get("q").cloned(),
         format: params.get("format").cloned(),
+        params: params
+            .get("params")
+            .map(|p| params_from_text(p))
+            .transpose()?,
     };
     run(app, request, &headers).await
 }
 
-/// `POST /api/v3/query_sql` with a JSON body `{"db": ..., "q": ..., "format": ...}`.
+/// `POST /api/v3/query_sql` with a JSON body `{"db": ..., "q": ..., "format": ..., "params": ...}`.
 pub async fn query_post(
     State(app): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
@@ -65,6 +86,12 @@ pub async fn query_post(
     request.db = request.db.or_else(|| params.get("db").cloned());
     request.q = request.q.or_else(|| params.get("q").cloned());
     request.format = request.format.or_else(|| params.get("format").cloned());
+    if request.params.is_none() {
+        request.params = params
+            .get("params")
+            .map(|p| params_from_text(p))
+            .transpose()?;
+    }
     run(app, request, &headers).await
 }
 
@@ -89,7 +116,54 @@ async fn run(
             .and_then(Format::from_accept)
             .unwrap_or(Format::Json),
     };
-    let output = app.engine.execute(&db, &sql).await?;
+    let query = QueryRequest {
+        database: db,
+        sql,
+        params: query_params(request.params)?,
+        scope: access_scope(headers),
+        no_cache: asks_no_cache(headers),
+    };
+    let answer = app.queries.query(&query).await?;
+    let mut response = match answer.body {
+        AnswerBody::Cached(cached) => cached_response(&app, &cached, format).await?,
+        AnswerBody::Streamed(output) => streamed_response(output, format).await?,
+    };
+    response.headers_mut().insert(
+        CACHE_HEADER,
+        HeaderValue::from_static(answer.verdict.as_str()),
+    );
+    Ok(response)
+}
+
+/// A whole answer in `format`: its ready bytes, or encoded now and kept for the next request.
+async fn cached_response(
+    app: &AppState,
+    cached: &CachedAnswer,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let bytes = match app.queries.encoding(cached, format.name()) {
+        Some(bytes) => bytes,
+        None => {
+            let result = cached.result().clone();
+            let schema = result.schema().clone();
+            let encoded =
+                encode_blocking(format, move || format.encode(&schema, result.batches())).await?;
+            let bytes = Bytes::from(encoded);
+            app.queries
+                .keep_encoding(cached, format.name(), bytes.clone());
+            bytes
+        }
+    };
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, format.content_type())],
+        bytes,
+    )
+        .into_response())
+}
+
+/// An answer computed as it is sent.
+async fn streamed_response(output: QueryOutput, format: Format) -> Result<Response, ApiError> {
     let mut stream = output.stream;
     // Run the query up to its first batch before answering, so that most execution errors
     // still become a proper error status rather than a truncated body.
@@ -99,12 +173,21 @@ async fn run(
         let body = arrow_body(&output.schema, first, stream)?;
         return Ok((StatusCode::OK, content_type, body).into_response());
     }
-    let mut batches: Vec<_> = first.into_iter().collect();
+    let mut batches: Vec<RecordBatch> = first.into_iter().collect();
     while let Some(batch) = stream.try_next().await.map_err(QueryError::from)? {
         batches.push(batch);
     }
     let schema = output.schema;
-    let encoded = tokio::task::spawn_blocking(move || format.encode(&schema, &batches))
+    let encoded = encode_blocking(format, move || format.encode(&schema, &batches)).await?;
+    Ok((StatusCode::OK, content_type, encoded).into_response())
+}
+
+/// Runs an encoder off the async threads.
+async fn encode_blocking(
+    format: Format,
+    encode: impl FnOnce() -> Result<Vec<u8>, arrow::error::ArrowError> + Send + 'static,
+) -> Result<Vec<u8>, ApiError> {
+    tokio::task::spawn_blocking(encode)
         .await
         .map_err(|e| {
             ApiError::new(
@@ -117,14 +200,89 @@ async fn run(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("cannot encode the result as {format:?}: {e}"),
             )
-        })?;
-    Ok((StatusCode::OK, content_type, encoded).into_response())
+        })
+}
+
+/// Who is asking. Until tokens exist, the presented credential itself is the scope, so callers
+/// presenting different credentials never share cached answers.
+fn access_scope(headers: &HeaderMap) -> String {
+    match headers.get(header::AUTHORIZATION) {
+        Some(value) => format!("credential:{}", String::from_utf8_lossy(value.as_bytes())),
+        None => "anonymous".to_string(),
+    }
+}
+
+/// True if `Cache-Control` says `no-cache` or `no-store`.
+fn asks_no_cache(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|directive| directive.trim().to_ascii_lowercase())
+        .any(|d| d == "no-cache" || d == "no-store")
+}
+
+/// `params` given as text in the query string.
+fn params_from_text(text: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(text).map_err(|e| {
+        ApiError::bad_request(format!(
+            "parameter \"params\" must be JSON (an object or an array): {e}"
+        ))
+    })
+}
+
+/// Placeholder values from JSON: an object binds `$name`s, an array `$1`, `$2`, ...
+fn query_params(params: Option<Value>) -> Result<QueryParams, ApiError> {
+    Ok(match params {
+        None | Some(Value::Null) => QueryParams::None,
+        Some(Value::Object(values)) => QueryParams::Named(
+            values
+                .into_iter()
+                .map(|(name, v)| Ok((name.clone(), scalar(v, &format!("${name}"))?)))
+                .collect::<Result<BTreeMap<_, _>, ApiError>>()?,
+        ),
+        Some(Value::Array(values)) => QueryParams::Positional(
+            values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| scalar(v, &format!("${}", i + 1)))
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "\"params\" must be a JSON object (for $name placeholders) or an array (for $1, $2, ...), not {other}"
+            )))
+        }
+    })
+}
+
+fn scalar(value: Value, placeholder: &str) -> Result<ScalarValue, ApiError> {
+    Ok(match value {
+        Value::Null => ScalarValue::Null,
+        Value::Bool(b) => ScalarValue::Boolean(Some(b)),
+        Value::String(s) => ScalarValue::Utf8(Some(s)),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                ScalarValue::Int64(Some(i))
+            } else if let Some(u) = n.as_u64() {
+                ScalarValue::UInt64(Some(u))
+            } else {
+                ScalarValue::Float64(n.as_f64())
+            }
+        }
+        Value::Array(_) | Value::Object(_) => {
+            return Err(ApiError::bad_request(format!(
+                "parameter {placeholder} must be a string, number, boolean or null"
+            )))
+        }
+    })
 }
 
 /// An Arrow IPC stream body: schema, the first batch, then each batch as it is produced.
 fn arrow_body(
-    schema: &arrow::datatypes::SchemaRef,
-    first: Option<arrow::array::RecordBatch>,
+    schema: &SchemaRef,
+    first: Option<RecordBatch>,
     rest: SendableRecordBatchStream,
 ) -> Result<Body, ApiError> {
     let encode_error = |e: arrow::error::ArrowError| {

@@ -82,7 +82,7 @@ struct WriteRequest {
     durability: Durability,
 }
 
-fn required(params: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
+pub(super) fn required(params: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
     match params.get(name).map(|s| s.trim()) {
         Some(value) if !value.is_empty() => Ok(value.to_string()),
         _ => Err(ApiError::bad_request(format!(
@@ -98,7 +98,11 @@ fn precision(params: &HashMap<String, String>, default: Precision) -> Result<Pre
     }
 }
 
-fn boolean(params: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, ApiError> {
+pub(super) fn boolean(
+    params: &HashMap<String, String>,
+    name: &str,
+    default: bool,
+) -> Result<bool, ApiError> {
     match params.get(name).map(|s| s.as_str()) {
         None => Ok(default),
         Some("true") => Ok(true),

@@ -1,0 +1,733 @@
+//! Arrow Flight SQL (gRPC, `flight_addr`, 127.0.0.1:8815 by default): what ADBC's Flight SQL
+//! driver, `pyarrow.flight` and the Flight SQL JDBC driver speak.
+//!
+//! - Handshake: HTTP Basic credentials in (padded or unpadded base64), `authorization: Bearer
+//!   <token>` out. Until tokens with scopes exist any credentials are accepted; the user name
+//!   becomes the caller's result-cache scope. A request presenting an unknown bearer token is
+//!   refused; a request presenting none is anonymous.
+//! - The database comes from the `database` gRPC header (InfluxDB 3's convention) or
+//!   `bucket-name`.
+//! - Statements: `GetFlightInfo` plans the statement (so the schema is right even for empty
+//!   results) and returns a ticket that carries the statement, not its result: nothing is held
+//!   for tickets that are never fetched, and `DoGet` answers through the result cache (so the
+//!   answer reflects every write acknowledged before the fetch).
+//! - Prepared statements (what ADBC and JDBC use for parameters): created with their dataset
+//!   and parameter schemas, parameters bound by `DoPut` (one row), dropped on close or after an
+//!   hour unused.
+//! - Bulk ingest (`CommandStatementIngest`, what ADBC's `adbc_ingest` sends): each Arrow batch
+//!   is converted to the data model (see `quiver_ingest::arrow_ingest`) and written through
+//!   the same WAL path as line protocol, acknowledged once durable. Batches are applied one by
+//!   one: after an error the earlier batches stay written, and the error says how many rows.
+//!   Modes create, append and create_append; replace and temporary tables are refused.
+//! - Metadata: `GetSqlInfo`, `GetCatalogs` (`quiver`), `GetDbSchemas` (databases), `GetTables`
+//!   (with Arrow schemas), `GetTableTypes` (`TABLE`).
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::writer::IpcWriteOptions;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandStatementIngest, CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    IpcMessage, SchemaAsIpc, Ticket,
+};
+use base64::Engine;
+use datafusion::common::ScalarValue;
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use quiver_cache::{AnswerBody, QueryRequest, QueryService};
+use quiver_ingest::arrow_ingest::table_from_arrow;
+use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
+use quiver_storage::{Durability, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::http::ApiError;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Request, Response, Status, Streaming};
+
+/// Prepared statements unused this long are dropped.
+const PREPARED_IDLE: Duration = Duration::from_secs(3600);
+
+static SQL_INFO: LazyLock<SqlInfoData> = LazyLock::new(|| {
+    let mut builder = SqlInfoDataBuilder::new();
+    builder.append(SqlInfo::FlightSqlServerName, "Quiver");
+    builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    builder.append(SqlInfo::FlightSqlServerArrowVersion, "1.3");
+    builder.append(SqlInfo::FlightSqlServerReadOnly, true);
+    builder.append(SqlInfo::FlightSqlServerSql, true);
+    builder.append(SqlInfo::FlightSqlServerSubstrait, false);
+    builder.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+    builder.append(SqlInfo::FlightSqlServerCancel, false);
+    builder.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    builder.build().expect("static SQL info is valid")
+});
+
+/// A statement carried by a ticket: enough to run it again at fetch time.
+#[derive(Debug, Serialize, Deserialize)]
+struct StatementTicket {
+    database: String,
+    sql: String,
+}
+
+/// A prepared statement: its text, database and the parameters bound so far.
+struct Prepared {
+    database: String,
+    sql: String,
+    params: parking_lot::Mutex<QueryParams>,
+}
+
+/// The Flight SQL service.
+pub struct QuiverFlightSql {
+    store: Arc<Store>,
+    queries: Arc<QueryService>,
+    /// Bearer token → user name.
+    sessions: moka::sync::Cache<String, Arc<str>>,
+    prepared: moka::sync::Cache<String, Arc<Prepared>>,
+    handle_keys: RandomState,
+    handle_counter: AtomicU64,
+}
+
+impl QuiverFlightSql {
+    /// A Flight SQL service answering from `queries` (which reads `store`).
+    pub fn new(store: Arc<Store>, queries: Arc<QueryService>) -> Self {
+        QuiverFlightSql {
+            store,
+            queries,
+            sessions: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(Duration::from_secs(24 * 3600))
+                .build(),
+            prepared: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(PREPARED_IDLE)
+                .build(),
+            handle_keys: RandomState::new(),
+            handle_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// An unguessable 128-bit handle (SipHash with random keys over a counter).
+    fn new_handle(&self) -> String {
+        let n = self.handle_counter.fetch_add(1, Ordering::Relaxed);
+        let a = self.handle_keys.hash_one((n, 0u8));
+        let b = self.handle_keys.hash_one((n, 1u8));
+        format!("{a:016x}{b:016x}")
+    }
+
+    /// The caller's result-cache scope: the user its bearer token was issued to.
+    fn scope(&self, metadata: &MetadataMap) -> Result<String, Status> {
+        let Some(value) = metadata.get("authorization") else {
+            return Ok("anonymous".into());
+        };
+        let value = value
+            .to_str()
+            .map_err(|_| Status::unauthenticated("authorization header is not ASCII"))?;
+        let Some(token) = strip_prefix_ignore_case(value, "bearer ") else {
+            return Err(Status::unauthenticated(
+                "authorization must be `Bearer <token>` from the handshake",
+            ));
+        };
+        self.sessions
+            .get(token.trim())
+            .map(|user| format!("user:{user}"))
+            .ok_or_else(|| Status::unauthenticated("unknown or expired bearer token"))
+    }
+
+    async fn describe(&self, database: &str, sql: &str) -> Result<(SchemaRef, SchemaRef), Status> {
+        let engine = self.queries.engine();
+        let analysis = engine
+            .analyze(database, sql)
+            .map_err(|e| query_status(&e))?;
+        let description = engine
+            .describe(&analysis)
+            .await
+            .map_err(|e| query_status(&e))?;
+        let parameters = Schema::new(
+            description
+                .parameters
+                .iter()
+                .map(|(name, data_type)| {
+                    Field::new(name, data_type.clone().unwrap_or(DataType::Null), true)
+                })
+                .collect::<Vec<_>>(),
+        );
+        Ok((description.schema, Arc::new(parameters)))
+    }
+
+    /// Runs a statement through the result cache and streams the answer as Flight data.
+    async fn answer(
+        &self,
+        request: QueryRequest,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let answer = self
+            .queries
+            .query(&request)
+            .await
+            .map_err(|e| query_status(&e))?;
+        let (schema, batches): (SchemaRef, BatchStream) = match answer.body {
+            AnswerBody::Cached(cached) => {
+                let result = cached.result().clone();
+                let batches: Vec<Result<RecordBatch, FlightError>> =
+                    result.batches().iter().cloned().map(Ok).collect();
+                (
+                    result.schema().clone(),
+                    futures::stream::iter(batches).boxed(),
+                )
+            }
+            AnswerBody::Streamed(output) => (
+                output.schema,
+                output
+                    .stream
+                    .map_err(|e| FlightError::ExternalError(Box::new(e)))
+                    .boxed(),
+            ),
+        };
+        Ok(Response::new(encode(schema, batches)))
+    }
+}
+
+type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
+
+fn encode(
+    schema: SchemaRef,
+    batches: BatchStream,
+) -> <QuiverFlightSql as FlightService>::DoGetStream {
+    // Tags stay dictionary-encoded, as the FlightInfo schema (and the HTTP Arrow format) says.
+    FlightDataEncoderBuilder::new()
+        .with_dictionary_handling(DictionaryHandling::Resend)
+        .with_schema(schema)
+        .build(batches)
+        .map_err(Status::from)
+        .boxed()
+}
+
+/// One metadata batch as a `DoGet` stream.
+fn single_batch<E: std::fmt::Display>(
+    schema: SchemaRef,
+    batch: Result<RecordBatch, E>,
+) -> Result<Response<<QuiverFlightSql as FlightService>::DoGetStream>, Status> {
+    let batch = batch.map_err(|e| Status::internal(format!("cannot build metadata: {e}")))?;
+    Ok(Response::new(encode(
+        schema,
+        futures::stream::once(async move { Ok(batch) }).boxed(),
+    )))
+}
+
+fn strip_prefix_ignore_case<'a>(value: &'a str, prefix: &str) -> Option<&'a str> {
+    (value.len() >= prefix.len() && value[..prefix.len()].eq_ignore_ascii_case(prefix))
+        .then(|| &value[prefix.len()..])
+}
+
+/// The database a request names (`database` or `bucket-name` header).
+fn database_of(metadata: &MetadataMap) -> Result<String, Status> {
+    ["database", "bucket-name"]
+        .iter()
+        .find_map(|name| metadata.get(*name)?.to_str().ok().map(str::to_string))
+        .filter(|db| !db.trim().is_empty())
+        .ok_or_else(|| {
+            Status::invalid_argument(
+                "no database: send the gRPC header `database` (or `bucket-name`)",
+            )
+        })
+}
+
+/// A query error as a gRPC status, classified as the HTTP API classifies it.
+fn query_status(e: &QueryError) -> Status {
+    ApiError::from(e).to_grpc()
+}
+
+/// A `FlightInfo` for `schema` whose one endpoint's ticket is `command`.
+fn flight_info(
+    schema: &Schema,
+    command: &impl ProstMessageExt,
+    request: Request<FlightDescriptor>,
+) -> Result<Response<FlightInfo>, Status> {
+    let ticket = Ticket::new(command.as_any().encode_to_vec());
+    let endpoint = FlightEndpoint::new().with_ticket(ticket);
+    let descriptor = request.into_inner();
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(descriptor);
+    Ok(Response::new(info))
+}
+
+fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(|e: arrow::error::ArrowError| {
+            Status::internal(format!("cannot encode the schema: {e}"))
+        })?;
+    Ok(bytes)
+}
+
+/// Decodes `user:password` from HTTP Basic credentials (padded or unpadded base64).
+fn basic_credentials(header: &str) -> Result<(String, String), Status> {
+    let encoded = strip_prefix_ignore_case(header, "basic ")
+        .ok_or_else(|| Status::unauthenticated("handshake needs `authorization: Basic …`"))?
+        .trim();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
+        .map_err(|_| Status::unauthenticated("Basic credentials are not valid base64"))?;
+    let text = String::from_utf8(decoded)
+        .map_err(|_| Status::unauthenticated("Basic credentials are not UTF-8"))?;
+    let (user, password) = text
+        .split_once(':')
+        .ok_or_else(|| Status::unauthenticated("Basic credentials must be user:password"))?;
+    Ok((user.to_string(), password.to_string()))
+}
+
+/// Placeholder values from the one-row batch a client binds: columns named `$1`, `$2`, ...
+/// (or unnamed/numbered) bind positionally, columns named otherwise bind `$name`.
+fn params_from_batch(batch: &RecordBatch) -> Result<QueryParams, Status> {
+    if batch.num_rows() != 1 {
+        return Err(Status::invalid_argument(format!(
+            "bind exactly one row of parameters (got {}); batch execution is not supported",
+            batch.num_rows()
+        )));
+    }
+    let schema = batch.schema();
+    let mut values = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let value = ScalarValue::try_from_array(column, 0)
+            .map_err(|e| Status::invalid_argument(format!("parameter {}: {e}", field.name())))?;
+        values.push((field.name().trim_start_matches('$').to_string(), value));
+    }
+    let positional = values
+        .iter()
+        .all(|(name, _)| name.is_empty() || name.parse::<usize>().is_ok());
+    Ok(if positional {
+        QueryParams::Positional(values.into_iter().map(|(_, v)| v).collect())
+    } else {
+        QueryParams::Named(values.into_iter().collect())
+    })
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for QuiverFlightSql {
+    type FlightService = QuiverFlightSql;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .ok_or_else(|| Status::unauthenticated("handshake needs `authorization: Basic …`"))?
+            .to_str()
+            .map_err(|_| Status::unauthenticated("authorization header is not ASCII"))?;
+        let (user, _password) = basic_credentials(header)?;
+        let token = self.new_handle();
+        self.sessions
+            .insert(token.clone(), Arc::from(user.as_str()));
+        tracing::debug!(user, "Flight SQL handshake");
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: token.clone().into(),
+        };
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
+            Response::new(Box::pin(futures::stream::iter([Ok(reply)])));
+        let bearer = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| Status::internal("token is not a valid header"))?;
+        response.metadata_mut().insert("authorization", bearer);
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let database = database_of(request.metadata())?;
+        let (schema, _) = self.describe(&database, &query.query).await?;
+        let ticket = StatementTicket {
+            database,
+            sql: query.query,
+        };
+        let handle = serde_json::to_vec(&ticket).expect("ticket serializes");
+        let ticket = TicketStatementQuery {
+            statement_handle: handle.into(),
+        };
+        flight_info(&schema, &ticket, request)
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let scope = self.scope(request.metadata())?;
+        let statement: StatementTicket = serde_json::from_slice(&ticket.statement_handle)
+            .map_err(|_| Status::invalid_argument("not a ticket this server issued"))?;
+        self.answer(QueryRequest {
+            database: statement.database,
+            sql: statement.sql,
+            scope,
+            ..QueryRequest::default()
+        })
+        .await
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        self.scope(request.metadata())?;
+        let database = database_of(request.metadata())?;
+        let (schema, parameters) = self.describe(&database, &query.query).await?;
+        let handle = self.new_handle();
+        self.prepared.insert(
+            handle.clone(),
+            Arc::new(Prepared {
+                database,
+                sql: query.query,
+                params: parking_lot::Mutex::new(QueryParams::None),
+            }),
+        );
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into(),
+            dataset_schema: schema_bytes(&schema)?,
+            parameter_schema: schema_bytes(&parameters)?,
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        let handle = String::from_utf8_lossy(&query.prepared_statement_handle);
+        self.prepared.invalidate(handle.as_ref());
+        Ok(())
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let prepared = self.prepared_statement(&query.prepared_statement_handle)?;
+        let data = request
+            .into_inner()
+            .into_peekable()
+            .map_err(FlightError::from);
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(data)
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("cannot decode parameters: {e}")))?;
+        let params = match batches.iter().find(|b| b.num_rows() > 0) {
+            Some(batch) => params_from_batch(batch)?,
+            None => QueryParams::None,
+        };
+        *prepared.params.lock() = params;
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(query.prepared_statement_handle),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle)?;
+        let (schema, _) = self.describe(&prepared.database, &prepared.sql).await?;
+        flight_info(&schema, &query, request)
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let scope = self.scope(request.metadata())?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle)?;
+        let params = prepared.params.lock().clone();
+        self.answer(QueryRequest {
+            database: prepared.database.clone(),
+            sql: prepared.sql.clone(),
+            params,
+            scope,
+            no_cache: false,
+        })
+        .await
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        command: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        self.scope(request.metadata())?;
+        let database = match &command.schema {
+            Some(schema) if !schema.is_empty() => schema.clone(),
+            _ => database_of(request.metadata())?,
+        };
+        check_ingest_target(&self.store, &database, &command)?;
+        let data = request
+            .into_inner()
+            .into_peekable()
+            .map_err(FlightError::from);
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let mut rows: i64 = 0;
+        while let Some(batch) = batches.next().await {
+            let batch = batch.map_err(|e| {
+                Status::invalid_argument(format!(
+                    "cannot decode the Arrow data after {rows} rows were written: {e}"
+                ))
+            })?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let table = table_from_arrow(&command.table, &batch).map_err(|e| {
+                Status::invalid_argument(format!(
+                    "{e} ({rows} rows of earlier batches were written)"
+                ))
+            })?;
+            self.store
+                .write(&database, vec![table], Durability::Sync)
+                .await
+                .map_err(|e| ApiError::from(e).to_grpc())?;
+            rows += batch.num_rows() as i64;
+        }
+        tracing::debug!(
+            database,
+            table = command.table,
+            rows,
+            "Flight SQL bulk ingest"
+        );
+        Ok(rows)
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let schema = query.clone().into_builder(&SQL_INFO).schema();
+        flight_info(&schema, &query, request)
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.scope(request.metadata())?;
+        let builder = query.into_builder(&SQL_INFO);
+        single_batch(builder.schema(), builder.build())
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let schema = query.into_builder().schema();
+        flight_info(&schema, &query, request)
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.scope(request.metadata())?;
+        let mut builder = query.into_builder();
+        builder.append(CATALOG_NAME);
+        single_batch(builder.schema(), builder.build())
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let schema = query.clone().into_builder().schema();
+        flight_info(&schema, &query, request)
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.scope(request.metadata())?;
+        let mut builder = query.into_builder();
+        for database in self.store.database_names() {
+            builder.append(CATALOG_NAME, database);
+        }
+        single_batch(builder.schema(), builder.build())
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let schema = query.clone().into_builder().schema();
+        flight_info(&schema, &query, request)
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.scope(request.metadata())?;
+        let mut builder = query.into_builder();
+        for database in self.store.database_names() {
+            let Some(db) = self.store.database(&database) else {
+                continue;
+            };
+            for name in db.table_names() {
+                let Some(table) = db.table(&name) else {
+                    continue;
+                };
+                builder
+                    .append(CATALOG_NAME, &database, &name, "TABLE", &table.schema())
+                    .map_err(Status::from)?;
+            }
+        }
+        single_batch(builder.schema(), builder.build())
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.scope(request.metadata())?;
+        let schema = query.into_builder().schema();
+        flight_info(&schema, &query, request)
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.scope(request.metadata())?;
+        let mut builder = query.into_builder();
+        builder.append("TABLE");
+        single_batch(builder.schema(), builder.build())
+    }
+
+    async fn do_get_fallback(
+        &self,
+        _request: Request<Ticket>,
+        message: Any,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Err(Status::unimplemented(format!(
+            "ticket type {} is not supported",
+            message.type_url
+        )))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// Refuses ingest options Quiver cannot honour, before any data is read.
+fn check_ingest_target(
+    store: &Store,
+    database: &str,
+    command: &CommandStatementIngest,
+) -> Result<(), Status> {
+    if command.temporary {
+        return Err(Status::unimplemented("temporary tables are not supported"));
+    }
+    if command.transaction_id.is_some() {
+        return Err(Status::unimplemented("transactions are not supported"));
+    }
+    if command
+        .catalog
+        .as_deref()
+        .is_some_and(|c| !c.is_empty() && c != CATALOG_NAME)
+    {
+        return Err(Status::not_found(format!(
+            "catalog {:?} does not exist (the only catalog is {CATALOG_NAME:?})",
+            command.catalog.as_deref().unwrap_or_default()
+        )));
+    }
+    let options = command.table_definition_options.unwrap_or_default();
+    let exists = store
+        .database(database)
+        .is_some_and(|db| db.table(&command.table).is_some());
+    match (exists, options.if_exists(), options.if_not_exist()) {
+        (true, TableExistsOption::Fail, _) => Err(Status::already_exists(format!(
+            "table {database}.{} exists (ingest with mode append to add rows)",
+            command.table
+        ))),
+        (true, TableExistsOption::Replace, _) => Err(Status::unimplemented(
+            "replacing a table is not supported; ingest with mode append",
+        )),
+        (false, _, TableNotExistOption::Fail) => Err(Status::not_found(format!(
+            "table {database}.{} does not exist (ingest with mode create to create it)",
+            command.table
+        ))),
+        _ => Ok(()),
+    }
+}
+
+impl QuiverFlightSql {
+    fn prepared_statement(&self, handle: &[u8]) -> Result<Arc<Prepared>, Status> {
+        let handle = std::str::from_utf8(handle)
+            .map_err(|_| Status::invalid_argument("not a prepared statement handle"))?;
+        self.prepared.get(handle).ok_or_else(|| {
+            Status::not_found("unknown prepared statement (closed, or unused for an hour)")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_accept_padded_and_unpadded_base64() {
+        let padded = base64::engine::general_purpose::STANDARD.encode("ab:c");
+        assert!(padded.ends_with('='));
+        let unpadded = padded.trim_end_matches('=');
+        for header in [format!("Basic {padded}"), format!("basic {unpadded}")] {
+            assert_eq!(
+                basic_credentials(&header).unwrap(),
+                ("ab".to_string(), "c".to_string())
+            );
+        }
+        assert!(basic_credentials("Bearer x").is_err());
+        assert!(basic_credentials("Basic !!!").is_err());
+        let no_colon = base64::engine::general_purpose::STANDARD.encode("abc");
+        assert!(basic_credentials(&format!("Basic {no_colon}")).is_err());
+    }
+}

@@ -1,0 +1,220 @@
+"""Arrow Flight SQL against the real server with real clients: ADBC's Flight SQL
+driver (DB-API) and ``pyarrow.flight`` speaking the protocol by hand.
+
+Every differential-test query returns exactly the same rows over Flight SQL as
+over HTTP (``format=arrow``); handshakes, bad tokens, unknown statements and
+broken requests get clear errors and leave the server and other sessions fine.
+"""
+
+from __future__ import annotations
+
+import adbc_driver_flightsql.dbapi as flight_sql
+import adbc_driver_manager
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from quiver_testlib import assert_rows_match, normalize_table, query_arrow, write_lp
+from test_differential import DB, QUERIES, Query, dataset, loaded_quiver_url  # noqa: F401
+
+FLIGHT_DB = "flight_basics"
+DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
+
+
+def connect(uri: str, database: str = DB, **extra: str) -> flight_sql.Connection:
+    return flight_sql.connect(
+        uri,
+        db_kwargs={"username": "alice", "password": "secret", DATABASE_HEADER: database, **extra},
+        autocommit=True,  # Quiver is read-only over SQL: there are no transactions
+    )
+
+
+@pytest.fixture(scope="module")
+def basics_url(quiver_url: str) -> str:
+    lp = (
+        "cpu,host=a,region=eu usage=1.5,count=3i 1000000000\n"
+        "cpu,host=b,region=us usage=2.5,count=4i 2000000000\n"
+        "cpu,host=c,region=eu usage=3.5,count=5i 3000000000\n"
+    )
+    response = write_lp(quiver_url, FLIGHT_DB, lp)
+    assert response.status_code == 204, response.text
+    return quiver_url
+
+
+@pytest.mark.parametrize("q", QUERIES, ids=lambda q: q.name)
+def test_flight_sql_returns_the_same_rows_as_http(
+    q: Query, loaded_quiver_url: str, quiver_flight_uri: str  # noqa: F811
+) -> None:
+    expected_names, expected_rows = normalize_table(query_arrow(loaded_quiver_url, DB, q.sql))
+    with connect(quiver_flight_uri) as conn, conn.cursor() as cursor:
+        cursor.execute(q.sql)
+        table = cursor.fetch_arrow_table()
+    names, rows = normalize_table(table)
+    assert_rows_match(names, rows, expected_names, expected_rows,
+                      context=f"query {q.name} over Flight SQL:\n{q.sql}")
+
+
+def test_statements_parameters_and_empty_results(basics_url: str, quiver_flight_uri: str) -> None:
+    with connect(quiver_flight_uri, FLIGHT_DB) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT host, usage FROM cpu ORDER BY host")
+        assert cursor.fetchall() == [("a", 1.5), ("b", 2.5), ("c", 3.5)]
+
+        cursor.execute("SELECT host, count FROM cpu WHERE region = $1 ORDER BY host",
+                       parameters=("eu",))
+        assert cursor.fetchall() == [("a", 3), ("c", 5)]
+        cursor.execute("SELECT host FROM cpu WHERE count > $1 AND region = $2",
+                       parameters=(3, "eu"))
+        assert cursor.fetchall() == [("c",)]
+
+        # An empty result still has the plan's schema.
+        cursor.execute("SELECT host, usage, time FROM cpu WHERE usage > 100")
+        empty = cursor.fetch_arrow_table()
+        assert empty.num_rows == 0
+        assert empty.schema.names == ["host", "usage", "time"]
+        assert empty.schema.field("usage").type == pa.float64()
+        assert pa.types.is_timestamp(empty.schema.field("time").type)
+
+
+def test_errors_are_clear_and_do_not_break_the_session(basics_url: str,
+                                                        quiver_flight_uri: str) -> None:
+    with connect(quiver_flight_uri, FLIGHT_DB) as conn, conn.cursor() as cursor:
+        with pytest.raises(adbc_driver_manager.Error, match="(?i)no_such_table|not found"):
+            cursor.execute("SELECT * FROM no_such_table")
+        with pytest.raises(adbc_driver_manager.Error, match="(?i)sql|parser|expected"):
+            cursor.execute("SELEC nonsense")
+        with pytest.raises(adbc_driver_manager.Error, match="(?i)only queries"):
+            cursor.execute("CREATE TABLE t (x INT)")
+        cursor.execute("SELECT count(*) AS n FROM cpu")
+        assert cursor.fetchall() == [(3,)]
+    with connect(quiver_flight_uri, "no_such_db") as conn, conn.cursor() as cursor:
+        with pytest.raises(adbc_driver_manager.Error, match="no_such_db"):
+            cursor.execute("SELECT 1")
+
+
+def test_metadata(basics_url: str, quiver_flight_uri: str) -> None:
+    with connect(quiver_flight_uri, FLIGHT_DB) as conn:
+        objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
+        catalogs = {o["catalog_name"]: o for o in objects}
+        assert "quiver" in catalogs
+        schemas = {s["db_schema_name"]: s for s in catalogs["quiver"]["catalog_db_schemas"]}
+        assert FLIGHT_DB in schemas
+        tables = {t["table_name"]: t for t in schemas[FLIGHT_DB]["db_schema_tables"]}
+        assert tables["cpu"]["table_type"] == "TABLE"
+        columns = {c["column_name"] for c in tables["cpu"]["table_columns"]}
+        assert columns == {"count", "host", "region", "time", "usage"}
+        assert conn.adbc_get_table_types() == ["TABLE"]
+        schema = conn.adbc_get_table_schema("cpu", db_schema_filter=FLIGHT_DB)
+        assert schema.field("usage").type == pa.float64()
+        info = conn.adbc_get_info()
+        assert info["vendor_name"] == "Quiver"
+
+
+# --------------------------------------------------------------------------
+# pyarrow.flight speaking Flight SQL by hand
+# --------------------------------------------------------------------------
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    length = len(payload)
+    varint = bytearray()
+    while True:
+        byte = length & 0x7F
+        length >>= 7
+        varint.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + bytes(varint) + payload
+
+
+def statement_command(sql: str) -> bytes:
+    """``Any(CommandStatementQuery{query})`` as Flight SQL clients send it."""
+    command = _field(1, sql.encode())
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
+    return _field(1, type_url) + _field(2, command)
+
+
+def test_pyarrow_flight_handshake_and_statement(basics_url: str, quiver_flight_uri: str) -> None:
+    client = flight.FlightClient(quiver_flight_uri)
+    name, value = client.authenticate_basic_token("bob", "pw")
+    assert name.lower() == b"authorization" and value.startswith(b"Bearer ")
+    options = flight.FlightCallOptions(headers=[(name, value), (b"database", FLIGHT_DB.encode())])
+    descriptor = flight.FlightDescriptor.for_command(
+        statement_command("SELECT host, usage FROM cpu ORDER BY host"))
+    info = client.get_flight_info(descriptor, options)
+    assert info.schema.names == ["host", "usage"]
+    table = client.do_get(info.endpoints[0].ticket, options).read_all()
+    expected = query_arrow(basics_url, FLIGHT_DB, "SELECT host, usage FROM cpu ORDER BY host")
+    assert table.to_pylist() == expected.to_pylist()
+
+    # A bearer token this server never issued is refused.
+    forged = flight.FlightCallOptions(
+        headers=[(b"authorization", b"Bearer forged"), (b"database", FLIGHT_DB.encode())])
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        client.get_flight_info(descriptor, forged)
+    catalogs = flight.FlightDescriptor.for_command(
+        _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandGetCatalogs")
+        + _field(2, b""))
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        client.get_flight_info(catalogs, forged)
+    assert client.get_flight_info(catalogs, options).schema.names == ["catalog_name"]
+
+    # Without a database header: a clear error naming the header.
+    with pytest.raises(pa.ArrowInvalid, match="database"):
+        client.get_flight_info(descriptor, flight.FlightCallOptions(headers=[(name, value)]))
+    # A ticket this server never issued.
+    with pytest.raises((flight.FlightError, pa.ArrowException)):
+        client.do_get(flight.Ticket(b"garbage"), options).read_all()
+    # The connection still works.
+    again = client.do_get(client.get_flight_info(descriptor, options).endpoints[0].ticket,
+                          options).read_all()
+    assert again.num_rows == 3
+
+
+# --------------------------------------------------------------------------
+# Bulk ingest (adbc_ingest → CommandStatementIngest)
+# --------------------------------------------------------------------------
+
+INGEST_DB = "flight_ingest"
+
+
+def ingest_table(start_s: int, n: int) -> pa.Table:
+    return pa.table({
+        "time": pa.array([(start_s + i) * 1_000_000 for i in range(n)],
+                         pa.timestamp("us", tz="UTC")),
+        "host": pa.array([f"h{i % 3}" for i in range(n)]).dictionary_encode(),
+        "usage": pa.array([i / 2 for i in range(n)], pa.float64()),
+        "count": pa.array(list(range(n)), pa.int32()),
+    })
+
+
+def test_adbc_ingest_writes_through_the_wal_and_reads_back(quiver_url: str,
+                                                             quiver_flight_uri: str) -> None:
+    with connect(quiver_flight_uri, INGEST_DB) as conn, conn.cursor() as cursor:
+        assert cursor.adbc_ingest("metrics", ingest_table(0, 1000), mode="create") == 1000
+        with pytest.raises(adbc_driver_manager.Error, match="exists"):
+            cursor.adbc_ingest("metrics", ingest_table(0, 10), mode="create")
+        assert cursor.adbc_ingest("metrics", ingest_table(1000, 500), mode="append") == 500
+        with pytest.raises(adbc_driver_manager.Error, match="does not exist"):
+            cursor.adbc_ingest("nowhere", ingest_table(0, 10), mode="append")
+
+        no_time = pa.table({"v": [1, 2]})
+        with pytest.raises(adbc_driver_manager.Error, match="time"):
+            cursor.adbc_ingest("metrics", no_time, mode="append")
+        nested = ingest_table(5000, 2).append_column("xs", pa.array([[1], [2]]))
+        with pytest.raises(adbc_driver_manager.Error, match='"xs"'):
+            cursor.adbc_ingest("metrics", nested, mode="append")
+        conflicting = ingest_table(6000, 2).set_column(
+            2, "usage", pa.array(["a", "b"]))
+        with pytest.raises(adbc_driver_manager.Error, match="usage"):
+            cursor.adbc_ingest("metrics", conflicting, mode="append")
+
+        cursor.execute("SELECT count(*) AS n, sum(count) AS s, count(DISTINCT host) AS hosts "
+                       "FROM metrics")
+        assert cursor.fetchall() == [(1500, sum(range(1000)) + sum(range(500)), 3)]
+    # The same rows over HTTP, with the data model's types.
+    table = query_arrow(quiver_url, INGEST_DB, "SELECT * FROM metrics ORDER BY time")
+    assert table.num_rows == 1500
+    assert pa.types.is_dictionary(table.schema.field("host").type)
+    assert table.schema.field("count").type == pa.int64()
+    assert table.schema.field("time").type == pa.timestamp("ns", tz="UTC")
+    assert table.column("time")[1].value == 1_000_000_000
