@@ -156,7 +156,21 @@ impl QueryService {
         request: &QueryRequest,
     ) -> Result<Answer, Arc<QueryError>> {
         let analysis = self.analysis(&request.database, &request.sql)?;
-        let answer = self.answer(request, analysis).await;
+        self.query_analyzed(analysis, &request.params, &request.scope, request.no_cache)
+            .await
+    }
+
+    /// Answers a statement analysed beforehand (a prepared statement, or one a protocol parsed
+    /// itself), with `params` bound, for the caller in `scope`, exactly as [`QueryService::query`]
+    /// does; `no_cache` runs it afresh and stores nothing.
+    pub async fn query_analyzed(
+        self: &Arc<Self>,
+        analysis: Arc<QueryAnalysis>,
+        params: &QueryParams,
+        scope: &str,
+        no_cache: bool,
+    ) -> Result<Answer, Arc<QueryError>> {
+        let answer = self.answer(analysis, params, scope, no_cache).await;
         if let Ok(answer) = &answer {
             self.log(answer.verdict);
         }
@@ -165,14 +179,16 @@ impl QueryService {
 
     async fn answer(
         self: &Arc<Self>,
-        request: &QueryRequest,
         analysis: Arc<QueryAnalysis>,
+        params: &QueryParams,
+        scope: &str,
+        no_cache: bool,
     ) -> Result<Answer, Arc<QueryError>> {
         let mut options = ExecuteOptions {
-            params: request.params.clone(),
+            params: params.clone(),
             now: None,
         };
-        if !self.config.enabled || request.no_cache {
+        if !self.config.enabled || no_cache {
             return self.bypass(&analysis, &options).await;
         }
         let clock_bucket = match (&analysis.cacheability, self.config.clock_granularity) {
@@ -193,9 +209,9 @@ impl QueryService {
         let key = CacheKey::new(KeySpec {
             canonical: &analysis.canonical,
             database: &analysis.database,
-            params: request.params.fingerprint(),
+            params: params.fingerprint(),
             settings: self.engine.semantic_settings(),
-            scope: &request.scope,
+            scope,
             clock_bucket,
             versions,
         });

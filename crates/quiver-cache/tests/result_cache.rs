@@ -145,6 +145,21 @@ async fn volatile_and_metadata_queries_bypass_and_no_cache_stores_nothing() {
 }
 
 #[tokio::test]
+async fn table_functions_are_not_tables_and_their_answers_are_cached() {
+    let f = Fixture::new(config());
+    f.write("cpu,host=a v=1 1\n").await;
+    let sql = "SELECT count(*) AS n FROM generate_series(1, 1000) AS s, cpu";
+    let (first, rows) = f.cached(sql, "").await;
+    assert_eq!(first, Verdict::Miss);
+    assert_eq!(rows[1], "1000");
+    assert_eq!(f.cached(sql, "").await.0, Verdict::Hit);
+    // the table it joins still invalidates it
+    f.write("cpu,host=b v=1 1\n").await;
+    let (verdict, rows) = f.cached(sql, "").await;
+    assert_eq!((verdict, rows[1].as_str()), (Verdict::Miss, "2000"));
+}
+
+#[tokio::test]
 async fn clock_queries_are_cached_per_rounded_instant_when_asked() {
     let f = Fixture::new(CacheConfig {
         clock_granularity: Some(Duration::from_secs(3600)),

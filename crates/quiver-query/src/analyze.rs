@@ -22,7 +22,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::Dialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-use crate::catalog::CATALOG_NAME;
+use crate::catalog::{is_system_schema, CATALOG_NAME};
 
 /// A table a statement reads, fully resolved against the request's database.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,7 +107,7 @@ pub(crate) fn analyze(
     let cacheability = match &statement {
         DFStatement::Statement(s) if matches!(s.as_ref(), SqlStatement::Query(_)) => {
             if reads_catalog {
-                Cacheability::Never("reads the catalog (information_schema)".into())
+                Cacheability::Never("reads the catalog (a system schema)".into())
             } else {
                 function_cacheability(state, s)
             }
@@ -123,15 +123,16 @@ pub(crate) fn analyze(
     })
 }
 
-/// The Quiver table `reference` names, or `None` for anything outside the `quiver` catalog
-/// (`information_schema`, other catalogs).
+/// The Quiver table `reference` names, or `None` for anything else (system schemas such as
+/// `information_schema` and `pg_catalog`, other catalogs).
 pub(crate) fn resolve(reference: &TableReference, database: &str) -> Option<ScannedTable> {
     let resolved = reference.clone().resolve(CATALOG_NAME, database);
-    (resolved.catalog.as_ref() == CATALOG_NAME && resolved.schema.as_ref() != "information_schema")
-        .then(|| ScannedTable {
+    (resolved.catalog.as_ref() == CATALOG_NAME && !is_system_schema(resolved.schema.as_ref())).then(
+        || ScannedTable {
             database: resolved.schema.to_string(),
             table: resolved.table.to_string(),
-        })
+        },
+    )
 }
 
 /// The least cacheable of the functions `statement` calls: a volatile or unknown function

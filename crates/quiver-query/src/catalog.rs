@@ -1,28 +1,43 @@
 //! DataFusion's view of the store: one catalog (`quiver`) whose schemas are Quiver databases
-//! and whose tables are [`QuiverTable`]s (write buffer and Parquet files).
+//! and whose tables are [`QuiverTable`]s (write buffer and Parquet files), plus the system
+//! schemas a session registers (e.g. PostgreSQL's `pg_catalog`).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
-use datafusion::error::Result;
-use quiver_storage::{Database, Store};
+use datafusion::error::{DataFusionError, Result};
+use parking_lot::RwLock;
+use quiver_storage::{Database, Store, RESERVED_DATABASE_NAMES};
 
 use crate::provider::QuiverTable;
 
 /// The name of the one catalog Quiver exposes.
 pub const CATALOG_NAME: &str = "quiver";
 
-/// The `quiver` catalog: lists the store's databases as SQL schemas, live.
+/// True for the names of system schemas (`information_schema`, `pg_catalog`): they describe
+/// the catalog, they are not Quiver databases.
+pub fn is_system_schema(name: &str) -> bool {
+    RESERVED_DATABASE_NAMES.contains(&name)
+}
+
+/// The `quiver` catalog: lists the store's databases as SQL schemas, live. System schemas
+/// registered with [`CatalogProvider::register_schema`] resolve by name but are not listed
+/// among the databases.
 pub struct QuiverCatalog {
     store: Arc<Store>,
+    system: RwLock<HashMap<String, Arc<dyn SchemaProvider>>>,
 }
 
 impl QuiverCatalog {
     /// A catalog over `store`.
     pub fn new(store: Arc<Store>) -> Self {
-        QuiverCatalog { store }
+        QuiverCatalog {
+            store,
+            system: RwLock::new(HashMap::new()),
+        }
     }
 }
 
@@ -38,9 +53,27 @@ impl CatalogProvider for QuiverCatalog {
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if let Some(system) = self.system.read().get(name) {
+            return Some(system.clone());
+        }
         self.store
             .database(name)
             .map(|db| Arc::new(DatabaseSchema { db }) as Arc<dyn SchemaProvider>)
+    }
+
+    /// Registers a system schema (one of [`RESERVED_DATABASE_NAMES`]); databases are created
+    /// by writes, never here.
+    fn register_schema(
+        &self,
+        name: &str,
+        schema: Arc<dyn SchemaProvider>,
+    ) -> Result<Option<Arc<dyn SchemaProvider>>> {
+        if !is_system_schema(name) {
+            return Err(DataFusionError::Plan(format!(
+                "cannot register schema {name:?}: databases are created by writing to them"
+            )));
+        }
+        Ok(self.system.write().insert(name.to_string(), schema))
     }
 }
 

@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use chrono::{DateTime, Utc};
+use datafusion::common::TableReference;
 use datafusion::error::DataFusionError;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::{SendableRecordBatchStream, SessionState};
 use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
-use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use parking_lot::Mutex;
 use quiver_storage::Store;
 
@@ -29,6 +30,8 @@ pub struct QueryOptions {
     /// Memory all running queries together may use for operators that buffer (sorts, joins,
     /// aggregations); a query needing more fails with a clear error instead of exhausting RAM.
     pub memory_limit_bytes: usize,
+    /// Extensions applied to every database's session when it is created, in order.
+    pub session_setup: Vec<Arc<dyn SessionSetup>>,
 }
 
 impl Default for QueryOptions {
@@ -36,8 +39,18 @@ impl Default for QueryOptions {
         QueryOptions {
             target_partitions: std::thread::available_parallelism().map_or(2, |n| n.get()),
             memory_limit_bytes: 4 << 30,
+            session_setup: Vec::new(),
         }
     }
+}
+
+/// Extends the SQL session of each database, once, when the engine creates it: system schemas,
+/// functions and type names that a protocol's clients expect (the PostgreSQL catalog, say).
+/// Everything it adds is visible to every protocol's queries in that database.
+pub trait SessionSetup: Send + Sync + std::fmt::Debug {
+    /// Adds to `ctx`, the session whose default schema is `database`. The session's catalog
+    /// ([`CATALOG_NAME`]) accepts system schemas (see [`crate::is_system_schema`]).
+    fn setup(&self, ctx: &SessionContext, database: &str) -> Result<(), DataFusionError>;
 }
 
 /// Why a query failed. The variants map to HTTP statuses in the server.
@@ -135,21 +148,29 @@ impl QueryEngine {
         })
     }
 
-    fn context(&self, database: &str) -> SessionContext {
+    /// The session of `database`, created (and extended by the [`SessionSetup`]s) on first use.
+    fn context(&self, database: &str) -> Result<SessionContext, QueryError> {
         let mut contexts = self.contexts.lock();
-        contexts
-            .entry(database.to_string())
-            .or_insert_with(|| {
-                let config = session_config(&self.options)
-                    .with_default_catalog_and_schema(CATALOG_NAME, database);
-                let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
-                ctx.register_catalog(
-                    CATALOG_NAME,
-                    Arc::new(QuiverCatalog::new(self.store.clone())),
-                );
-                ctx
-            })
-            .clone()
+        if let Some(ctx) = contexts.get(database) {
+            return Ok(ctx.clone());
+        }
+        let config =
+            session_config(&self.options).with_default_catalog_and_schema(CATALOG_NAME, database);
+        let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
+        ctx.register_catalog(
+            CATALOG_NAME,
+            Arc::new(QuiverCatalog::new(self.store.clone())),
+        );
+        for setup in &self.options.session_setup {
+            setup.setup(&ctx, database).map_err(|e| {
+                QueryError::Internal(DataFusionError::Context(
+                    format!("cannot set up the session of database {database:?} ({setup:?})"),
+                    Box::new(e),
+                ))
+            })?;
+        }
+        contexts.insert(database.to_string(), ctx.clone());
+        Ok(ctx)
     }
 
     /// Plans and starts one read-only SQL statement in `database`.
@@ -168,13 +189,47 @@ impl QueryEngine {
     /// [`QueryAnalysis`]) without planning it. Fails like [`QueryEngine::execute`] for an
     /// unknown database or table, invalid SQL or a statement that is not read-only.
     pub fn analyze(&self, database: &str, sql: &str) -> Result<QueryAnalysis, QueryError> {
+        let state = self.database_state(database)?;
+        let dialect_name = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect_name)?;
+        let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
+            QueryError::Internal(DataFusionError::Internal(format!(
+                "unsupported SQL dialect {dialect_name}"
+            )))
+        })?;
+        self.analyze_statement(&state, dialect.as_ref(), database, sql, statement)
+    }
+
+    /// Like [`QueryEngine::analyze`], for a statement a PostgreSQL front end has already
+    /// parsed (and rewritten for compatibility): its canonical text is taken from the
+    /// statement as rendered in PostgreSQL syntax.
+    pub fn analyze_postgres(
+        &self,
+        database: &str,
+        statement: SqlStatement,
+    ) -> Result<QueryAnalysis, QueryError> {
+        let state = self.database_state(database)?;
+        let sql = statement.to_string();
+        let statement = DFStatement::Statement(Box::new(statement));
+        self.analyze_statement(&state, &PostgreSqlDialect {}, database, &sql, statement)
+    }
+
+    /// The session state of `database`; fails if the database does not exist.
+    fn database_state(&self, database: &str) -> Result<SessionState, QueryError> {
         if self.store.database(database).is_none() {
             return Err(QueryError::DatabaseNotFound(database.to_string()));
         }
-        let ctx = self.context(database);
-        let state = ctx.state();
-        let dialect_name = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect_name)?;
+        Ok(self.context(database)?.state())
+    }
+
+    fn analyze_statement(
+        &self,
+        state: &SessionState,
+        dialect: &dyn Dialect,
+        database: &str,
+        sql: &str,
+        statement: DFStatement,
+    ) -> Result<QueryAnalysis, QueryError> {
         if !is_read_only(&statement) {
             return Err(QueryError::Invalid(DataFusionError::Plan(format!(
                 "only queries (SELECT, WITH, SHOW, EXPLAIN, DESCRIBE) are accepted here, not: {statement}"
@@ -183,23 +238,14 @@ impl QueryEngine {
         let references = state.resolve_table_references(&statement)?;
         let tables: Vec<Option<ScannedTable>> = references
             .iter()
+            .filter(|reference| !self.is_table_function(state, reference, database))
             .map(|reference| analyze::resolve(reference, database))
             .collect();
         for table in tables.iter().flatten() {
             self.check_table_exists(table)?;
         }
-        let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
-            QueryError::Internal(DataFusionError::Internal(format!(
-                "unsupported SQL dialect {dialect_name}"
-            )))
-        })?;
         Ok(analyze::analyze(
-            &state,
-            dialect.as_ref(),
-            database,
-            sql,
-            statement,
-            tables,
+            state, dialect, database, sql, statement, tables,
         )?)
     }
 
@@ -210,8 +256,7 @@ impl QueryEngine {
         analysis: &QueryAnalysis,
         options: &ExecuteOptions,
     ) -> Result<QueryOutput, QueryError> {
-        let ctx = self.context(&analysis.database);
-        let mut state = ctx.state();
+        let mut state = self.context(&analysis.database)?.state();
         if let Some(now) = options.now {
             state.execution_props_mut().query_execution_start_time = Some(now);
         }
@@ -236,8 +281,7 @@ impl QueryEngine {
         &self,
         analysis: &QueryAnalysis,
     ) -> Result<StatementDescription, QueryError> {
-        let ctx = self.context(&analysis.database);
-        let state = ctx.state();
+        let state = self.context(&analysis.database)?.state();
         let plan = state.statement_to_plan(analysis.statement.clone()).await?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         let mut parameters: Vec<(String, Option<DataType>)> =
@@ -259,6 +303,25 @@ impl QueryEngine {
     /// The store this engine reads.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// True for a bare name that calls a table function (`generate_series(1, 10)`) rather than
+    /// naming a table: DataFusion lists both among a statement's table references. A table of
+    /// that name in the database wins, as it does when the statement is planned.
+    fn is_table_function(
+        &self,
+        state: &SessionState,
+        reference: &TableReference,
+        database: &str,
+    ) -> bool {
+        let TableReference::Bare { table } = reference else {
+            return false;
+        };
+        state.table_functions().contains_key(table.as_ref())
+            && self
+                .store
+                .database(database)
+                .is_none_or(|db| db.table(table).is_none())
     }
 
     /// Fails unless `table` (already resolved) exists; DataFusion reports unknown catalogs

@@ -13,10 +13,11 @@ mod params;
 mod provider;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
-pub use catalog::{QuiverCatalog, CATALOG_NAME};
+pub use catalog::{is_system_schema, QuiverCatalog, CATALOG_NAME};
 pub use dedup_exec::DeduplicateExec;
 pub use engine::{
-    ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, StatementDescription,
+    ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, SessionSetup,
+    StatementDescription,
 };
 pub use params::QueryParams;
 pub use provider::QuiverTable;

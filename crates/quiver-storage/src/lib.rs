@@ -728,12 +728,18 @@ fn restore_databases(
     Ok((databases, known))
 }
 
+/// Names SQL front ends use for their system schemas (the SQL standard's catalog views and
+/// PostgreSQL's catalog); a database of that name would shadow them, so none may be created.
+pub const RESERVED_DATABASE_NAMES: &[&str] = &["information_schema", "pg_catalog"];
+
 /// Database names: 1–64 characters of ASCII letters, digits, `_` and `-`, starting with a
 /// letter or digit (so they are usable unquoted as SQL schema names in most cases and safe as
-/// directory names).
+/// directory names), and not one of [`RESERVED_DATABASE_NAMES`].
 pub fn validate_database_name(name: &str) -> Result<(), StorageError> {
     let reason = if name.is_empty() {
         Some("it is empty")
+    } else if RESERVED_DATABASE_NAMES.contains(&name) {
+        Some("it is reserved for a system schema")
     } else if name.len() > 64 {
         Some("it is longer than 64 characters")
     } else if !name.as_bytes()[0].is_ascii_alphanumeric() {
@@ -953,6 +959,10 @@ mod tests {
         assert!(validate_database_name("").is_err());
         assert!(validate_database_name("a/b").is_err());
         assert!(validate_database_name("_x").is_err());
+        for reserved in RESERVED_DATABASE_NAMES {
+            let error = validate_database_name(reserved).unwrap_err().to_string();
+            assert!(error.contains("reserved"), "{error}");
+        }
         let store = Store::new(StoreLimits {
             max_databases: 1,
             max_tables_per_database: 1,
