@@ -5,6 +5,7 @@
 #   ./scripts/test.sh
 #
 # Environment: CARGO_TARGET_DIR (optional, shared build directory), PYTHON (default python3).
+# Installs what the tests need when it is missing: the Python packages (into .venv) and psql.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,17 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     echo "==> installing Python test requirements"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
     echo "$WANT" > "$STAMP"
+fi
+
+# psql (the PostgreSQL client) is one of the real clients the end-to-end tests drive.
+if ! command -v psql >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        echo "==> installing the PostgreSQL client (psql)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-client >/dev/null
+    else
+        echo "psql is required for the PostgreSQL tests: install the PostgreSQL client (e.g. apt-get install postgresql-client)" >&2
+        exit 1
+    fi
 fi
 
 echo "==> cargo test --workspace"

@@ -15,9 +15,11 @@ Environment variables:
     (handy while debugging the server by hand).
 ``QUIVER_FLIGHT_URI``
     Flight SQL URI of that server (default ``grpc://127.0.0.1:8815``).
+``QUIVER_PG_PORT``
+    PostgreSQL wire port of that server (default ``5433``).
 
 The ``quiver_flight_uri`` fixture yields the started server's Flight SQL URI
-(``grpc://127.0.0.1:<port>``).
+(``grpc://127.0.0.1:<port>``), ``quiver_pg_port`` its PostgreSQL port.
 
 Everything the server prints (stdout and stderr) goes to ``quiver.log`` in the
 session's temporary directory. When a test fails, the tail of that log is
@@ -120,6 +122,7 @@ def _stop(proc: subprocess.Popen) -> int:
 
 
 _flight_uri: str | None = None
+_pg_port: int | None = None
 
 
 @pytest.fixture(scope="session")
@@ -129,6 +132,15 @@ def quiver_flight_uri(quiver_url: str) -> str:
         return os.environ.get("QUIVER_FLIGHT_URI", "grpc://127.0.0.1:8815")
     assert _flight_uri is not None
     return _flight_uri
+
+
+@pytest.fixture(scope="session")
+def quiver_pg_port(quiver_url: str) -> int:
+    """The PostgreSQL wire protocol port of the session's server (on 127.0.0.1)."""
+    if os.environ.get("QUIVER_URL"):
+        return int(os.environ.get("QUIVER_PG_PORT", "5433"))
+    assert _pg_port is not None
+    return _pg_port
 
 
 @pytest.fixture(scope="session")
@@ -147,7 +159,7 @@ def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytrace=False,
         )
 
-    global _server_log, _flight_uri
+    global _server_log, _flight_uri, _pg_port
     work_dir = tmp_path_factory.mktemp("quiver")
     data_dir = work_dir / "data"
     data_dir.mkdir()
@@ -155,6 +167,7 @@ def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     http_port, flight_port, pg_port = free_ports(3)
     base_url = f"http://127.0.0.1:{http_port}"
     _flight_uri = f"grpc://127.0.0.1:{flight_port}"
+    _pg_port = pg_port
     cmd = [
         str(binary),
         "serve",

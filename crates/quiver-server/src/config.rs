@@ -20,7 +20,7 @@ pub struct Config {
     pub http_addr: String,
     /// Arrow Flight SQL listen address (reserved: Flight SQL is not served yet).
     pub flight_addr: String,
-    /// PostgreSQL wire listen address (reserved: the Postgres protocol is not served yet).
+    /// PostgreSQL wire protocol listen address.
     pub pg_addr: String,
     /// Log filter in `tracing` syntax (`info`, `quiver=debug,info`, ...).
     pub log_filter: String,

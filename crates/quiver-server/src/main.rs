@@ -6,6 +6,7 @@ mod config;
 mod flight;
 mod format;
 mod http;
+mod pg;
 mod serve;
 
 use std::path::PathBuf;

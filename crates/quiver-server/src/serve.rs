@@ -1,4 +1,5 @@
-//! `quiver serve`: logging, the store and query engine, the HTTP listener, graceful shutdown.
+//! `quiver serve`: logging, the store and query engine, the HTTP, Flight SQL and PostgreSQL
+//! listeners, graceful shutdown.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::Config;
 use crate::flight::QuiverFlightSql;
 use crate::http::{self, AppState};
+use crate::pg::{PgServer, PostgresCatalog};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -121,8 +123,11 @@ async fn serve(config: Config) -> Result<(), ServeError> {
             "wal_fsync = false: acknowledged writes can be lost on a power cut or OS crash"
         );
     }
+    let postgres_catalog = PostgresCatalog::new(store.clone())
+        .map_err(|e| ServeError::Config(format!("cannot build the PostgreSQL catalog: {e}")))?;
     let mut query_options = QueryOptions {
         memory_limit_bytes: config.query_memory_bytes,
+        session_setup: vec![Arc::new(postgres_catalog)],
         ..QueryOptions::default()
     };
     if config.query_partitions > 0 {
@@ -155,9 +160,16 @@ async fn serve(config: Config) -> Result<(), ServeError> {
             "cannot listen for Arrow Flight SQL on {}",
             config.flight_addr
         )))?;
+    let pg_listener = tokio::net::TcpListener::bind(&config.pg_addr)
+        .await
+        .map_err(io_error(format!(
+            "cannot listen for the PostgreSQL wire protocol on {}",
+            config.pg_addr
+        )))?;
     tracing::info!(
         http_addr = %config.http_addr,
         flight_addr = %config.flight_addr,
+        pg_addr = %config.pg_addr,
         data_dir = %config.data_dir.display(),
         version = env!("CARGO_PKG_VERSION"),
         "quiver is serving"
@@ -167,6 +179,8 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         shutdown_signal().await;
         let _ = stop.send(true);
     });
+    let postgres = Arc::new(PgServer::new(store.clone(), queries.clone()))
+        .serve(pg_listener, stopped(stopping.clone()));
     let flight = FlightServiceServer::new(QuiverFlightSql::new(store.clone(), queries))
         .max_decoding_message_size(config.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
@@ -177,7 +191,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
             stopped(stopping.clone()),
         );
     let http = axum::serve(listener, http::router(state)).with_graceful_shutdown(stopped(stopping));
-    let (http, flight) = tokio::join!(http, flight);
+    let (http, flight, ()) = tokio::join!(http, flight, postgres);
     http.map_err(io_error("HTTP server failed"))?;
     flight.map_err(|e| ServeError::Io {
         context: "Arrow Flight SQL server failed".into(),

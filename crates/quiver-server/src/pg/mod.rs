@@ -1,0 +1,104 @@
+//! The PostgreSQL wire protocol (`pg_addr`, 127.0.0.1:5433 by default): what `psql`, psycopg,
+//! pgjdbc (DBeaver), Grafana's PostgreSQL data source and every language's Postgres driver speak.
+//!
+//! - The database is the connection's `dbname` (it must exist: `3D000` otherwise); any user is
+//!   admitted without a password until tokens exist, and the user name is the result-cache scope.
+//! - Simple and extended query protocol, named statements and portals, text and binary
+//!   parameters and results, pipelining, cancel requests, `SET` / `SHOW` / `BEGIN` / `COMMIT`
+//!   for drivers (see [`statement`]); errors carry SQLSTATE codes ([`errors`]).
+//! - `pg_catalog` and the PostgreSQL functions clients call ([`catalog`]).
+//! - Queries go through the result cache with the same keys as HTTP and Flight SQL.
+//!
+//! A broken or malicious connection only ends itself: each connection is its own task.
+
+mod cancel;
+mod catalog;
+mod errors;
+mod handler;
+mod settings;
+mod startup;
+mod statement;
+
+use std::sync::Arc;
+
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::{auth::StartupHandler, PgWireServerHandlers};
+use quiver_cache::QueryService;
+use quiver_storage::Store;
+use tokio::net::TcpListener;
+
+pub use catalog::PostgresCatalog;
+
+use cancel::CancelRegistry;
+use handler::PgHandler;
+use startup::Startup;
+
+/// The handlers every connection uses (they keep per-connection state in the connection).
+pub struct PgServer {
+    handler: Arc<PgHandler>,
+    startup: Arc<Startup>,
+    cancels: Arc<CancelRegistry>,
+}
+
+impl PgServer {
+    /// A server answering from `queries` over `store`.
+    pub fn new(store: Arc<Store>, queries: Arc<QueryService>) -> Self {
+        let cancels = Arc::new(CancelRegistry::default());
+        PgServer {
+            handler: Arc::new(PgHandler::new(queries)),
+            startup: Arc::new(Startup::new(store, cancels.clone())),
+            cancels,
+        }
+    }
+
+    /// Accepts connections on `listener` until `stopping` resolves; then stops accepting and
+    /// closes open sessions (their statements only read, so nothing is lost).
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stopping: impl std::future::Future<Output = ()>,
+    ) {
+        let mut sessions = tokio::task::JoinSet::new();
+        tokio::pin!(stopping);
+        loop {
+            tokio::select! {
+                () = &mut stopping => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((socket, peer)) => {
+                        let server = self.clone();
+                        sessions.spawn(async move {
+                            if let Err(e) = pgwire::tokio::process_socket(socket, None, server).await {
+                                tracing::debug!(%peer, error = %e, "PostgreSQL connection ended");
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot accept a PostgreSQL connection");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+            }
+        }
+        sessions.shutdown().await;
+    }
+}
+
+impl PgWireServerHandlers for PgServer {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.startup.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.cancels.clone()
+    }
+}
