@@ -379,3 +379,64 @@ def test_a_client_that_disappears_mid_result_does_not_hurt_others(basics: str,
     with connect(quiver_pg_port) as conn:
         assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
     assert query_json(basics, PG_DB, "SELECT count(*) AS n FROM cpu") == [{"n": 3}]
+
+
+# --------------------------------------------------------------------------
+# What BI tools and drivers run on connect (Grafana, DBeaver / pgjdbc)
+# --------------------------------------------------------------------------
+
+CLIENT_CHECKS = [
+    # Grafana: "Save & test" (lib/pq pings with ";", pgx with "-- ping") and feature detection
+    ("grafana_ping_pgx", "-- ping", None),
+    ("grafana_version", "SELECT current_setting('server_version_num')::int/100 AS version", 1),
+    ("grafana_timescaledb", "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'", 0),
+    ("grafana_schemas", "SELECT schema_name AS \"name\" FROM information_schema.schemata "
+                        "WHERE schema_name NOT IN ('information_schema', 'pg_catalog', 'pg_toast') "
+                        "ORDER BY schema_name", None),
+    ("grafana_tables", "SELECT quote_ident(table_name) AS \"table\" FROM information_schema.tables "
+                       f"WHERE quote_ident(table_schema) = '{PG_DB}' ORDER BY 1", 1),
+    ("grafana_columns", "SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" "
+                        "FROM information_schema.columns WHERE table_name = 'cpu' "
+                        f"AND table_schema = '{PG_DB}' ORDER BY ordinal_position", 8),
+    # DBeaver / pgjdbc
+    ("dbeaver_schema_user", "SELECT current_schema(), session_user", 1),
+    ("dbeaver_search_path", "SHOW search_path", 1),
+    ("dbeaver_version", "SELECT version()", 1),
+    ("dbeaver_namespaces", "SELECT n.oid, n.*, d.description FROM pg_catalog.pg_namespace n "
+                           "LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid = n.oid "
+                           "AND d.objsubid = 0 AND d.classoid = 'pg_namespace'::regclass "
+                           "ORDER BY nspname", None),
+    ("dbeaver_database", f"SELECT db.oid, db.* FROM pg_catalog.pg_database db "
+                         f"WHERE datname = '{PG_DB}'", None),
+    ("pgjdbc_type_by_oid", "SELECT n.nspname = ANY(current_schemas(true)), n.nspname, t.typname "
+                           "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n "
+                           "ON t.typnamespace = n.oid WHERE t.oid = 1184", 1),
+    ("pgjdbc_keywords", "SELECT string_agg(word, ',') FROM pg_catalog.pg_get_keywords() "
+                        "WHERE word <> ALL ('{a,abs,absolute}'::text[])", 1),
+]
+
+
+@pytest.mark.parametrize("name,sql,rows", CLIENT_CHECKS, ids=[c[0] for c in CLIENT_CHECKS])
+def test_tool_connection_checks(basics: str, quiver_pg_port: int, name: str, sql: str,
+                                rows: int | None) -> None:
+    with connect(quiver_pg_port) as conn:
+        cursor = conn.execute(sql)
+        if cursor.description is None:
+            assert rows is None, f"{name}: no result"
+            return
+        result = cursor.fetchall()
+        if rows is not None:
+            assert len(result) == rows, f"{name}: {result}"
+        # the session still works
+        assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
+
+
+def test_grafana_and_jdbc_values(basics: str, quiver_pg_port: int) -> None:
+    with connect(quiver_pg_port) as conn:
+        assert conn.execute(CLIENT_CHECKS[1][1]).fetchone() == (1500,)
+        tables = conn.execute(CLIENT_CHECKS[4][1]).fetchall()
+        assert tables == [("cpu",)]
+        columns = dict(conn.execute(CLIENT_CHECKS[5][1]).fetchall())
+        assert set(columns) == {"time", "host", "region", "usage", "count", "big", "note", "ok"}
+        assert conn.execute(CLIENT_CHECKS[6][1]).fetchone()[0] == PG_DB
+        assert conn.execute(CLIENT_CHECKS[11][1]).fetchone() == (True, "pg_catalog", "timestamptz")

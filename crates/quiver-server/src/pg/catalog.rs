@@ -10,11 +10,20 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, ListBuilder, StringArray, StringBuilder};
-use arrow::datatypes::{DataType, Field};
-use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList, SchemaProvider};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int32Array, ListBuilder, RecordBatch, StringArray, StringBuilder,
+};
+use arrow::datatypes::{DataType, Field, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{
+    CatalogProviderList, MemoryCatalogProviderList, SchemaProvider, Session, TableProvider,
+};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Volatility};
+use datafusion::logical_expr::{create_udf, ColumnarValue, Expr, ScalarUDF, Volatility};
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{
@@ -49,7 +58,7 @@ impl PostgresCatalog {
         let pg_catalog =
             PgCatalogSchemaProvider::try_new(catalogs, static_tables, EmptyContextProvider)?;
         Ok(PostgresCatalog {
-            pg_catalog: Arc::new(pg_catalog),
+            pg_catalog: Arc::new(WithSystemNamespaces(Arc::new(pg_catalog))),
         })
     }
 }
@@ -170,4 +179,93 @@ fn constant_text(name: &str, value: String) -> ScalarUDF {
             ))
         }),
     )
+}
+
+/// `pg_catalog` whose `pg_namespace` also lists the system namespaces with PostgreSQL's own
+/// object ids (`pg_catalog` is 11): the static tables (`pg_type`, `pg_proc`, ...) refer to
+/// them, and drivers join on them (pgjdbc's type lookup, DBeaver's type list). The databases
+/// keep the ids the crate assigns, which `pg_class` uses.
+#[derive(Debug)]
+struct WithSystemNamespaces(Arc<dyn SchemaProvider>);
+
+/// The system namespaces and their ids in PostgreSQL 15.
+const SYSTEM_NAMESPACES: &[(i32, &str)] = &[(11, "pg_catalog"), (13_183, "information_schema")];
+
+#[async_trait]
+impl SchemaProvider for WithSystemNamespaces {
+    fn table_names(&self) -> Vec<String> {
+        self.0.table_names()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let table = self.0.table(name).await?;
+        if !name.eq_ignore_ascii_case("pg_namespace") {
+            return Ok(table);
+        }
+        let Some(table) = table else {
+            return Ok(None);
+        };
+        let fixed = system_namespace_rows(table.schema())?;
+        Ok(Some(Arc::new(NamespaceTable { table, fixed })))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.0.table_exist(name)
+    }
+}
+
+/// The system namespaces as rows of `pg_namespace`'s schema (owner 10, no ACL or options).
+fn system_namespace_rows(schema: SchemaRef) -> Result<RecordBatch> {
+    let count = SYSTEM_NAMESPACES.len();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| -> Result<ArrayRef> {
+            Ok(match field.name().as_str() {
+                "oid" => Arc::new(Int32Array::from_iter_values(
+                    SYSTEM_NAMESPACES.iter().map(|(oid, _)| *oid),
+                )),
+                "nspname" => Arc::new(StringArray::from_iter_values(
+                    SYSTEM_NAMESPACES.iter().map(|(_, name)| *name),
+                )),
+                "nspowner" => Arc::new(Int32Array::from(vec![10; count])),
+                _ => arrow::array::new_null_array(field.data_type(), count),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// `pg_namespace`: the crate's rows (the databases) followed by [`SYSTEM_NAMESPACES`].
+#[derive(Debug)]
+struct NamespaceTable {
+    table: Arc<dyn TableProvider>,
+    fixed: RecordBatch,
+}
+
+#[async_trait]
+impl TableProvider for NamespaceTable {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.table.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let databases = self.table.scan(state, projection, &[], None).await?;
+        let fixed = MemorySourceConfig::try_new_exec(
+            &[vec![self.fixed.clone()]],
+            self.schema(),
+            projection.cloned(),
+        )?;
+        UnionExec::try_new(vec![databases, fixed])
+    }
 }

@@ -13,6 +13,7 @@
 
 mod cancel;
 mod catalog;
+mod connection;
 mod errors;
 mod handler;
 mod settings;
@@ -21,9 +22,6 @@ mod statement;
 
 use std::sync::Arc;
 
-use pgwire::api::cancel::CancelHandler;
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::{auth::StartupHandler, PgWireServerHandlers};
 use quiver_cache::QueryService;
 use quiver_storage::Store;
 use tokio::net::TcpListener;
@@ -34,7 +32,8 @@ use cancel::CancelRegistry;
 use handler::PgHandler;
 use startup::Startup;
 
-/// The handlers every connection uses (they keep per-connection state in the connection).
+/// The handlers every connection uses (they keep per-connection state in the connection; see
+/// [`connection`] for the message loop).
 pub struct PgServer {
     handler: Arc<PgHandler>,
     startup: Arc<Startup>,
@@ -68,7 +67,7 @@ impl PgServer {
                     Ok((socket, peer)) => {
                         let server = self.clone();
                         sessions.spawn(async move {
-                            if let Err(e) = pgwire::tokio::process_socket(socket, None, server).await {
+                            if let Err(e) = connection::serve(socket, server).await {
                                 tracing::debug!(%peer, error = %e, "PostgreSQL connection ended");
                             }
                         });
@@ -82,23 +81,5 @@ impl PgServer {
             }
         }
         sessions.shutdown().await;
-    }
-}
-
-impl PgWireServerHandlers for PgServer {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.handler.clone()
-    }
-
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.handler.clone()
-    }
-
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.startup.clone()
-    }
-
-    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        self.cancels.clone()
     }
 }
