@@ -2,10 +2,12 @@
 
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take;
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 use parking_lot::RwLock;
+use quiver_storage::{data_bytes, retained_bytes};
 
 /// A query's whole answer as Arrow batches, plus the bytes of every output format it was
 /// encoded to so far (keyed by a format name the caller chooses).
@@ -90,8 +92,29 @@ impl CachedResult {
     }
 }
 
-/// Memory held by `batches` (buffers shared between batches counted once per batch: an
-/// overestimate, never an underestimate).
+/// Memory held by `batches`: each allocation counted once (see [`retained_bytes`]).
 pub(crate) fn batches_size(batches: &[RecordBatch]) -> usize {
-    batches.iter().map(RecordBatch::get_array_memory_size).sum()
+    batches.iter().map(retained_bytes).sum()
+}
+
+/// `batch`, copied into buffers of its own if it is a small slice of larger ones (a `LIMIT`
+/// over buffered rows, say): a cached answer must not keep megabytes of table data alive, nor
+/// be weighed as if it were them.
+pub(crate) fn compact(batch: RecordBatch) -> RecordBatch {
+    if retained_bytes(&batch) <= 2 * data_bytes(&batch) + 4096 {
+        return batch;
+    }
+    let indices = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), &indices, None))
+        .collect::<Result<Vec<_>, _>>();
+    match columns.and_then(|columns| RecordBatch::try_new(batch.schema(), columns)) {
+        Ok(compacted) => compacted,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot compact a cached batch; keeping it as it is");
+            batch
+        }
+    }
 }

@@ -21,7 +21,7 @@ use quiver_storage::{Table, TableChangeListener};
 
 use crate::cache::Entries;
 use crate::config::CacheConfig;
-use crate::entry::{batches_size, CachedResult};
+use crate::entry::{batches_size, compact, CachedResult};
 use crate::key::{CacheKey, KeySpec};
 use crate::stats::{CacheStats, Counters};
 
@@ -365,6 +365,7 @@ impl QueryService {
             .await
             .map_err(|e| FlightFailure::Query(Arc::new(QueryError::from(e))))?
         {
+            let batch = compact(batch);
             bytes += batches_size(std::slice::from_ref(&batch));
             batches.push(batch);
             if bytes > self.entries.max_entry_bytes() {

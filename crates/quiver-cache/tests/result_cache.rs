@@ -342,3 +342,20 @@ async fn sixty_four_concurrent_identical_misses_execute_once() {
     assert_eq!(expected.len(), 102);
     assert!(answers.iter().all(|(_, rows)| *rows == expected));
 }
+
+#[tokio::test]
+async fn a_small_answer_sliced_from_large_buffers_is_stored_compact() {
+    let f = Fixture::new(config());
+    let mut lp = String::new();
+    for i in 0..50_000 {
+        lp.push_str(&format!("cpu,host=h{} v={i},w={i}i {i}\n", i % 10));
+    }
+    f.write(&lp).await;
+    let sql = "SELECT * FROM cpu LIMIT 5";
+    assert_eq!(f.cached(sql, "").await.0, Verdict::Miss);
+    assert_eq!(f.cached(sql, "").await.0, Verdict::Hit);
+    let stats = f.service.stats();
+    assert_eq!(stats.entries, 1);
+    // 5 rows of 4 columns, not the 50,000-row buffer chunk they were sliced from (~1.6 MB)
+    assert!(stats.bytes < 32 << 10, "{stats:?}");
+}

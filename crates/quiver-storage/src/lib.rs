@@ -16,6 +16,7 @@
 mod catalog;
 mod dedup;
 mod error;
+mod memory;
 mod persist;
 mod table;
 mod wal_record;
@@ -36,6 +37,7 @@ pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };
 pub use error::StorageError;
+pub use memory::{data_bytes, retained_bytes};
 pub use persist::{PersistOptions, TABLES_DIR};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};

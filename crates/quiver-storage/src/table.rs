@@ -442,7 +442,7 @@ fn add_columns(state: &mut TableState, added: Vec<(String, ColumnType)>) {
 }
 
 fn push_chunk(state: &mut TableState, batch: RecordBatch) -> usize {
-    let bytes = batch.get_array_memory_size();
+    let bytes = crate::memory::retained_bytes(&batch);
     state.live_bytes += bytes;
     state.live.push(batch);
     state.version += 1;

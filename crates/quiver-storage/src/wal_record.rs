@@ -18,7 +18,7 @@ const FORMAT: u8 = 1;
 pub(crate) fn encode(database: &str, tables: &[DecodedTable]) -> Result<Vec<u8>, StorageError> {
     let capacity: usize = tables
         .iter()
-        .map(|t| t.batch.get_array_memory_size() + 512)
+        .map(|t| crate::memory::data_bytes(&t.batch) + 512)
         .sum();
     let mut out = Vec::with_capacity(capacity + 64);
     out.push(FORMAT);
