@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, TimeUnit};
+use arrow::array::ArrayRef;
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::error::ArrowError;
+use arrow::record_batch::RecordBatch;
 
 /// The name of every table's timestamp column.
 pub const TIME_COLUMN: &str = "time";
@@ -109,4 +112,56 @@ pub fn time_data_type() -> DataType {
 /// `Dictionary(Int32, Utf8)`.
 pub fn tag_data_type() -> DataType {
     DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+}
+
+/// Tells a decoder which columns a table already has, so that a write whose types conflict
+/// with the stored schema is rejected (and values are typed to fit it where that is lossless).
+pub trait SchemaLookup {
+    /// The existing columns of `table` (empty for a table that does not exist yet).
+    fn existing_columns(&self, table: &str) -> Vec<(String, ColumnType)>;
+}
+
+/// A lookup for a database that has no tables yet.
+pub struct NoExistingTables;
+
+impl SchemaLookup for NoExistingTables {
+    fn existing_columns(&self, _table: &str) -> Vec<(String, ColumnType)> {
+        Vec::new()
+    }
+}
+
+/// The rows of one table decoded from a request, in the data model's types.
+#[derive(Debug, Clone)]
+pub struct DecodedTable {
+    /// The table (measurement) name.
+    pub name: String,
+    /// The rows; columns sorted by name, tags as `Dictionary(Int32, Utf8)`.
+    pub batch: RecordBatch,
+}
+
+impl DecodedTable {
+    /// A table of `columns` (any order; sorted here), each an array of a data-model type
+    /// (`time` included); fails for another type or columns of unequal length.
+    pub fn from_columns(
+        name: String,
+        mut columns: Vec<(String, ArrayRef)>,
+    ) -> Result<DecodedTable, ArrowError> {
+        columns.sort_by(|a, b| a.0.cmp(&b.0));
+        let fields = columns
+            .iter()
+            .map(|(column, array)| {
+                ColumnType::from_arrow(column, array.data_type())
+                    .map(|t| t.arrow_field(column))
+                    .ok_or_else(|| {
+                        ArrowError::SchemaError(format!(
+                            "column {column:?} has type {}, not a data-model type",
+                            array.data_type()
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let arrays = columns.into_iter().map(|(_, a)| a).collect();
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+        Ok(DecodedTable { name, batch })
+    }
 }

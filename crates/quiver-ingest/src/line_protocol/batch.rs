@@ -12,29 +12,13 @@ use arrow::array::{
     ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, StringDictionaryBuilder,
     TimestampNanosecondBuilder, UInt64Builder,
 };
-use arrow::datatypes::{Int32Type, Schema};
-use arrow::record_batch::RecordBatch;
+use arrow::datatypes::Int32Type;
 use hashbrown::HashMap;
 
 use super::parser::{FieldValue, LineParser, ParsedLine};
 use super::precision::Precision;
 use crate::schema::{ColumnType, FieldType, TIME_COLUMN};
-
-/// Tells the decoder which columns a table already has, so that a write whose field type
-/// conflicts with the stored schema is rejected line by line.
-pub trait SchemaLookup {
-    /// The existing columns of `table` (empty for a table that does not exist yet).
-    fn existing_columns(&self, table: &str) -> Vec<(String, ColumnType)>;
-}
-
-/// A lookup for a database that has no tables yet.
-pub struct NoExistingTables;
-
-impl SchemaLookup for NoExistingTables {
-    fn existing_columns(&self, _table: &str) -> Vec<(String, ColumnType)> {
-        Vec::new()
-    }
-}
+pub use crate::schema::{DecodedTable, NoExistingTables, SchemaLookup};
 
 /// How to interpret a request body.
 #[derive(Debug, Clone)]
@@ -57,15 +41,6 @@ pub struct LineError {
     pub message: String,
     /// The line as it was sent (lossily decoded if it was not UTF-8).
     pub original_line: String,
-}
-
-/// The rows of one table decoded from a request.
-#[derive(Debug, Clone)]
-pub struct DecodedTable {
-    /// The table (measurement) name.
-    pub name: String,
-    /// The rows; columns sorted by name, tags as `Dictionary(Int32, Utf8)`.
-    pub batch: RecordBatch,
 }
 
 /// Everything decoded from one request body.
@@ -408,22 +383,8 @@ impl TableBuilder {
         let mut columns: Vec<(String, ArrayRef)> =
             self.columns.into_iter().map(|c| c.finish(rows)).collect();
         columns.push((TIME_COLUMN.to_string(), times));
-        columns.sort_by(|a, b| a.0.cmp(&b.0));
-        let fields: Vec<_> = columns
-            .iter()
-            .map(|(name, array)| {
-                let column_type = ColumnType::from_arrow(name, array.data_type())
-                    .expect("builders only produce data-model types");
-                column_type.arrow_field(name)
-            })
-            .collect();
-        let arrays = columns.into_iter().map(|(_, a)| a).collect();
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
-            .expect("all columns were padded to the same length");
-        DecodedTable {
-            name: self.name,
-            batch,
-        }
+        DecodedTable::from_columns(self.name, columns)
+            .expect("builders only produce data-model columns of equal length")
     }
 }
 
