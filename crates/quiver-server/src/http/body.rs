@@ -1,6 +1,7 @@
 //! Reading request bodies safely: a byte limit enforced before and after decompression
 //! (413 beyond it), and `Content-Encoding: gzip | zstd | identity` (415 for anything else,
-//! 400 for a corrupt stream).
+//! 400 for a corrupt stream); for formats whose clients compress without saying so (Arc's
+//! MessagePack), gzip and zstd recognised by their magic bytes.
 
 use std::io::Read;
 use std::time::Duration;
@@ -102,6 +103,20 @@ pub fn decode_content(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<B
             format!("unsupported Content-Encoding {other:?}: use gzip, zstd or identity"),
         )),
     }
+}
+
+/// `raw` decompressed if it starts with the gzip (`1f 8b`) or zstd (`28 b5 2f fd`) magic
+/// bytes (to at most `limit` bytes), as it is otherwise.
+pub fn decode_by_magic(raw: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        return decompress(flate2::read::MultiGzDecoder::new(&raw[..]), "gzip", limit);
+    }
+    if raw.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let decoder = zstd::stream::read::Decoder::new(&raw[..])
+            .map_err(|e| ApiError::bad_request(format!("invalid zstd body: {e}")))?;
+        return decompress(decoder, "zstd", limit);
+    }
+    Ok(raw)
 }
 
 fn decompress(reader: impl Read, name: &str, limit: usize) -> Result<Bytes, ApiError> {

@@ -8,6 +8,7 @@ mod query;
 mod storage;
 mod write;
 mod write_arrow;
+mod write_msgpack;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v2/write", post(write::write_v2))
         .route("/write", post(write::write_v1))
         .route("/api/v3/write_arrow", post(write_arrow::write_arrow))
+        .route("/api/v1/write/msgpack", post(write_msgpack::write_msgpack))
         .route(
             "/api/v3/query_sql",
             get(query::query_get).post(query::query_post),

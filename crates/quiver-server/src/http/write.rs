@@ -113,7 +113,8 @@ pub(super) fn boolean(
     }
 }
 
-fn now_ns() -> i64 {
+/// Now, in nanoseconds since the epoch (the time of lines and records that carry none).
+pub(super) fn now_ns() -> i64 {
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970");
