@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Protocol benchmark (BENCHMARKS.md): end-to-end time to get a query's result into a
-pyarrow Table over Arrow Flight SQL (ADBC), HTTP with format=arrow and HTTP with format=json,
-for 10,000- and 50,000-row results with all 21 columns of a TSBS-like metrics table.
+pyarrow Table over Arrow Flight SQL (ADBC), HTTP with format=arrow, HTTP with format=json and
+the PostgreSQL wire protocol (psycopg 3, binary results), for 10,000- and 50,000-row results
+with all 21 columns of a TSBS-like metrics table.
 
 Starts a release server on a temporary directory, loads 200 hosts x 1,000 rounds (200,000
 rows; 10 dictionary-encoded tags, 10 float fields) through POST /api/v3/write_arrow, then
 measures each path's median over N runs, both as result-cache misses (HTTP:
-Cache-Control: no-cache; Flight SQL: a fresh user, i.e. a fresh cache scope, per run) and as
-hits (the same request repeated).
+Cache-Control: no-cache; Flight SQL and PostgreSQL: a fresh user, i.e. a fresh cache scope,
+per run) and as hits (the same request repeated).
 
 Build first: cargo build --release -p quiver-server
 Usage: .venv/bin/python scripts/protocol-bench.py [--runs 11]
@@ -26,12 +27,14 @@ from pathlib import Path
 from typing import Callable
 
 import adbc_driver_flightsql.dbapi as flight_sql
+import psycopg
 import pyarrow as pa
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 HTTP = "127.0.0.1:18090"
 FLIGHT = "127.0.0.1:18091"
+PG_PORT = 18092
 URL = f"http://{HTTP}"
 DB = "protobench"
 HOSTS, ROUNDS = 200, 1000
@@ -108,6 +111,19 @@ def flight(conn: flight_sql.Connection, sql: str) -> pa.Table:
         return cursor.fetch_arrow_table()
 
 
+def pg_connect(user: str) -> psycopg.Connection:
+    return psycopg.connect(host="127.0.0.1", port=PG_PORT, user=user, dbname=DB,
+                           autocommit=True)
+
+
+def postgres(conn: psycopg.Connection, sql: str) -> pa.Table:
+    with conn.cursor(binary=True) as cursor:
+        cursor.execute(sql)
+        names = [column.name for column in cursor.description]
+        rows = cursor.fetchall()
+    return pa.table(dict(zip(names, map(list, zip(*rows)))))
+
+
 def median_ms(run: Callable[[int], pa.Table], runs: int, rows: int) -> float:
     samples = []
     for i in range(runs):
@@ -126,7 +142,7 @@ def main() -> None:
         env = dict(os.environ, QUIVER_LOG_FILTER="warn")
         server = subprocess.Popen(
             [ROOT / "target/release/quiver", "serve", "--data-dir", f"{tmp}/data",
-             "--http-addr", HTTP, "--flight-addr", FLIGHT, "--pg-addr", "127.0.0.1:18092"],
+             "--http-addr", HTTP, "--flight-addr", FLIGHT, "--pg-addr", f"127.0.0.1:{PG_PORT}"],
             env=env)
         try:
             for _ in range(100):
@@ -143,6 +159,9 @@ def main() -> None:
                 sql = window(rows)
                 fresh = [connect(f"miss-{rows}-{i}") for i in range(args.runs)]
                 hit_conn = connect("hit")
+                pg_fresh = [pg_connect(f"miss-{rows}-{i}") for i in range(args.runs)]
+                pg_hit = pg_connect("hit")
+                postgres(pg_hit, sql)
                 flight(hit_conn, sql)
                 http_arrow(sql, {})
                 http_json(sql, {})
@@ -156,8 +175,11 @@ def main() -> None:
                     "HTTP format=json": (
                         median_ms(lambda i: http_json(sql, no_cache), args.runs, rows),
                         median_ms(lambda i: http_json(sql, {}), args.runs, rows)),
+                    "PostgreSQL (psycopg, binary)": (
+                        median_ms(lambda i: postgres(pg_fresh[i], sql), args.runs, rows),
+                        median_ms(lambda i: postgres(pg_hit, sql), args.runs, rows)),
                 }
-                for conn in fresh + [hit_conn]:
+                for conn in fresh + [hit_conn] + pg_fresh + [pg_hit]:
                     conn.close()
                 for path, (miss, hit) in results.items():
                     print(f"| {rows} | {path} | {miss:.1f} | {hit:.1f} |")

@@ -6,6 +6,8 @@
 
 use std::fmt::Write;
 
+pub mod formats;
+
 /// Tags per line in [`metrics_payload`].
 pub const TAGS_PER_LINE: usize = 10;
 /// Fields per line in [`metrics_payload`].

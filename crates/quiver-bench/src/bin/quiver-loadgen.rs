@@ -1,13 +1,15 @@
 //! HTTP ingest load generator: several concurrent keep-alive connections POST pre-generated
-//! line-protocol batches to a running Quiver (or any InfluxDB-3-compatible) server for a fixed
-//! time and report rows/s, MB/s and request latency.
+//! batches of metrics rows to a running Quiver for a fixed time and report rows/s, MB/s and
+//! request latency. The rows are the same in every `--format`: line protocol (InfluxDB v3
+//! API), MessagePack columnar or row (Arc's API), or an Arrow IPC stream.
 //!
 //! As a baseline measured in the same run, it first decodes the same batches in-process on one
-//! core (`decode_line_protocol`, what the server does per request), so the report can say what
-//! fraction of single-core decode speed the whole HTTP path reaches.
+//! core with the decoder the server runs for that format, so the report can say what fraction
+//! of single-core decode speed the whole HTTP path reaches.
 //!
 //! ```sh
-//! quiver-loadgen --url http://127.0.0.1:8086 --connections 4 --batch-lines 5000 --seconds 20
+//! quiver-loadgen --url http://127.0.0.1:8086 --format msgpack --connections 4 --batch-lines 5000 --seconds 20
+//! quiver-loadgen --format arrow --single-request 200000   # one big request, then report its sizes
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,10 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quiver_bench::metrics_payload;
-use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
-};
+use quiver_bench::formats::{decode_rows, encode, metrics_batch, WriteFormat};
 
 /// Load generator for HTTP line-protocol ingest.
 #[derive(Debug, Parser)]
@@ -47,6 +46,13 @@ struct Args {
     /// Ask for `no_sync=true` (acknowledged before the WAL fsync).
     #[arg(long)]
     no_sync: bool,
+    /// Write format.
+    #[arg(long, value_enum, default_value_t = WriteFormat::Lp)]
+    format: WriteFormat,
+    /// Instead of the load: send one request of this many rows and print its body size and
+    /// the size of its rows as Arrow arrays (for peak-memory measurements).
+    #[arg(long)]
+    single_request: Option<usize>,
 }
 
 struct Totals {
@@ -57,22 +63,27 @@ struct Totals {
 
 fn main() {
     let args = Args::parse();
-    let batches = generate(&args);
-    let baseline = decode_rows_per_second(&batches);
-    println!(
-        "baseline: in-process decode_line_protocol on one core: {:.0} rows/s",
-        baseline
-    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
+    if let Some(rows) = args.single_request {
+        runtime.block_on(single_request(&args, rows));
+        return;
+    }
+    let batches = generate(&args);
+    let baseline = decode_rows_per_second(&batches, args.format);
+    println!(
+        "baseline: in-process decode of {} on one core: {baseline:.0} rows/s",
+        args.format
+    );
     let (rows_per_s, mb_per_s, latencies) = runtime.block_on(run(&args, batches));
     let median = percentile(&latencies, 0.5);
     let p99 = percentile(&latencies, 0.99);
     println!(
-        "http ingest ({}): {} connections x {}-line batches: {rows_per_s:.0} rows/s, {mb_per_s:.1} MB/s, \
+        "http ingest of {} ({}): {} connections x {}-row batches: {rows_per_s:.0} rows/s, {mb_per_s:.1} MB/s, \
          latency p50 {median:.1} ms p99 {p99:.1} ms, {} requests; ratio to one-core decode {:.2}",
+        args.format,
         if args.no_sync { "no_sync" } else { "fsync" },
         args.connections,
         args.batch_lines,
@@ -86,32 +97,76 @@ fn generate(args: &Args) -> Vec<bytes::Bytes> {
     (0..args.batches)
         .map(|k| {
             let start = 1_700_000_000_000_000_000 + k as i64 * rounds_per_batch * 10_000_000_000;
-            bytes::Bytes::from(metrics_payload(
-                args.hosts,
-                args.batch_lines,
-                start,
-                k as u64 + 1,
-            ))
+            let seed = k as u64 + 1;
+            let batch = metrics_batch(args.hosts, args.batch_lines, start, seed);
+            bytes::Bytes::from(encode(&batch, args.format, args.hosts, seed))
         })
         .collect()
 }
 
-fn decode_rows_per_second(batches: &[bytes::Bytes]) -> f64 {
-    let options = DecodeOptions {
-        precision: Precision::Nanosecond,
-        default_time_ns: 0,
-        max_reported_errors: 10,
-    };
+/// Rows per second one core decodes `batches` of `format` into data-model Arrow batches.
+fn decode_rows_per_second(batches: &[bytes::Bytes], format: WriteFormat) -> f64 {
     let started = Instant::now();
     let mut rows = 0;
     while started.elapsed() < Duration::from_secs(2) {
         for batch in batches {
-            let decoded = decode_line_protocol(batch, &options, &NoExistingTables);
-            assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
-            rows += decoded.accepted_lines;
+            rows += decode_rows(batch, format);
         }
     }
     rows as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The endpoint and content type for `format`.
+fn endpoint(args: &Args) -> (String, &'static str) {
+    let base = args.url.trim_end_matches('/');
+    match args.format {
+        WriteFormat::Lp => (
+            format!(
+                "{base}/api/v3/write_lp?db={}&precision=ns&no_sync={}",
+                args.db, args.no_sync
+            ),
+            "text/plain; charset=utf-8",
+        ),
+        WriteFormat::Msgpack | WriteFormat::MsgpackRow => (
+            format!("{base}/api/v1/write/msgpack?no_sync={}", args.no_sync),
+            "application/msgpack",
+        ),
+        WriteFormat::Arrow => (
+            format!(
+                "{base}/api/v3/write_arrow?db={}&table=cpu&no_sync={}",
+                args.db, args.no_sync
+            ),
+            "application/vnd.apache.arrow.stream",
+        ),
+    }
+}
+
+/// Sends one request of `rows` rows; prints the body size and the rows' Arrow size.
+async fn single_request(args: &Args, rows: usize) {
+    let batch = metrics_batch(args.hosts, rows, 1_600_000_000_000_000_000, 99);
+    let body = encode(&batch, args.format, args.hosts, 99);
+    let (url, content_type) = endpoint(args);
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", content_type)
+        .header("x-arc-database", &args.db)
+        .body(body.clone())
+        .send()
+        .await
+        .expect("request");
+    let status = response.status();
+    assert_eq!(
+        status,
+        204,
+        "write failed: {}",
+        response.text().await.unwrap_or_default()
+    );
+    println!(
+        "single request of {} ({rows} rows): body {} bytes, rows as Arrow arrays {} bytes",
+        args.format,
+        body.len(),
+        batch.get_array_memory_size()
+    );
 }
 
 async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
@@ -119,12 +174,7 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
         .pool_max_idle_per_host(args.connections)
         .build()
         .expect("http client");
-    let url = format!(
-        "{}/api/v3/write_lp?db={}&precision=ns&no_sync={}",
-        args.url.trim_end_matches('/'),
-        args.db,
-        args.no_sync
-    );
+    let (url, content_type) = endpoint(args);
     let batches = Arc::new(batches);
     let next = Arc::new(AtomicUsize::new(0));
     let measuring = Arc::new(AtomicBool::new(false));
@@ -135,11 +185,13 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
         requests: AtomicUsize::new(0),
     });
     let lines = args.batch_lines;
+    let db = args.db.clone();
     let workers: Vec<_> = (0..args.connections)
         .map(|_| {
             let (client, url, batches, next) =
                 (client.clone(), url.clone(), batches.clone(), next.clone());
-            let (measuring, stop, totals) = (measuring.clone(), stop.clone(), totals.clone());
+            let (measuring, stop, totals, db) =
+                (measuring.clone(), stop.clone(), totals.clone(), db.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
@@ -147,7 +199,14 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
                         batches[next.fetch_add(1, Ordering::Relaxed) % batches.len()].clone();
                     let size = body.len();
                     let sent = Instant::now();
-                    let response = client.post(&url).body(body).send().await.expect("request");
+                    let response = client
+                        .post(&url)
+                        .header("content-type", content_type)
+                        .header("x-arc-database", &db)
+                        .body(body)
+                        .send()
+                        .await
+                        .expect("request");
                     let status = response.status();
                     let text = response.text().await.unwrap_or_default();
                     assert_eq!(status, 204, "write failed: {text}");

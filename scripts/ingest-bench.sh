@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Ingest benchmark (BENCHMARKS.md, "Ingest by format"): the same metrics rows over HTTP as
+# line protocol, MessagePack columnar, MessagePack row and Arrow IPC, in one run on this machine:
+#   - the disk's own sequential fsync'd write speed (dd oflag=dsync, same file system as the WAL);
+#   - per format, a fresh release server: quiver-loadgen with CONNS connections x ROWS-row
+#     batches for SECONDS s (rows/s, and the in-process one-core decode baseline), the WAL bytes
+#     written per second and per row over the run;
+#   - per format, one request of BIG rows to a fresh server: the server's peak RSS growth
+#     (VmHWM after - before) next to the rows' size as Arrow arrays.
+#
+# Build first: cargo build --release -p quiver-server -p quiver-bench
+# Usage: scripts/ingest-bench.sh [CONNS=4] [ROWS=5000] [SECONDS=10] [BIG=150000] [--no-sync]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONNS=${1:-4}
+ROWS=${2:-5000}
+SECONDS_=${3:-10}
+BIG=${4:-150000}
+NO_SYNC=${5:-}
+BIN=./target/release
+ADDR=127.0.0.1:18099
+URL=http://$ADDR
+work=$(mktemp -d)
+pid=
+cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+start_server() {
+    rm -rf "$work/data"
+    QUIVER_LOG_FILTER=warn $BIN/quiver serve --data-dir "$work/data" --http-addr $ADDR \
+        --flight-addr 127.0.0.1:18098 --pg-addr 127.0.0.1:18097 2>>"$work/server.log" &
+    pid=$!
+    for _ in $(seq 100); do curl -sf $URL/health >/dev/null && return; sleep 0.1; done
+    echo "server did not start" >&2; cat "$work/server.log" >&2; exit 1
+}
+stop_server() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
+wal() { curl -sf $URL/api/v3/storage | python3 -c "import json,sys; w=json.load(sys.stdin)['wal']; print(w['bytes'], w['records'])"; }
+hwm_kib() { awk '/VmHWM/ {print $2}' /proc/"$pid"/status; }
+
+echo "== disk: sequential writes with O_DSYNC (dd, 1 MiB blocks, 256 MiB)"
+dd if=/dev/zero of="$work/dd" bs=1M count=256 oflag=dsync 2>&1 | tail -1
+rm -f "$work/dd"
+
+for format in lp msgpack msgpack-row arrow; do
+    echo "== $format: $CONNS connections x $ROWS-row batches, ${SECONDS_}s ${NO_SYNC}"
+    start_server
+    read -r b0 r0 < <(wal)
+    t0=$(date +%s.%N)
+    $BIN/quiver-loadgen --url $URL --db bench --format "$format" --connections "$CONNS" \
+        --batch-lines "$ROWS" --hosts 1000 --seconds "$SECONDS_" $NO_SYNC
+    t1=$(date +%s.%N)
+    read -r b1 r1 < <(wal)
+    python3 -c "
+b, r, s = $b1 - $b0, $r1 - $r0, $t1 - $t0
+print(f'WAL: {b/s/1e6:.1f} MB/s over the run ({b} bytes, {r} records), {b/max(r,1)/$ROWS:.0f} bytes/row')"
+    stop_server
+done
+
+for format in lp msgpack msgpack-row arrow; do
+    start_server
+    before=$(hwm_kib)
+    $BIN/quiver-loadgen --url $URL --db big --format "$format" --hosts 1000 --single-request "$BIG"
+    after=$(hwm_kib)
+    echo "peak RSS growth for that request: $(( (after - before) / 1024 )) MiB (VmHWM $((before / 1024)) -> $((after / 1024)) MiB)"
+    stop_server
+done
