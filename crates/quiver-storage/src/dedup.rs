@@ -5,11 +5,12 @@
 //! and for each field the value of the latest row (in write order) that set it. A field that
 //! none of them set stays null.
 
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::take;
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Int32Type, Schema, TimestampNanosecondType};
 use arrow::row::{RowConverter, Rows, SortField};
 use quiver_ingest::schema::ColumnType;
 
@@ -18,16 +19,132 @@ use crate::error::StorageError;
 /// Sorts `batch` by series then time and merges duplicate (series, time) rows.
 ///
 /// Input rows must be in write order (earlier writes first): that order breaks ties.
+///
+/// Rows are ordered by a rank per series (its tags' values compared as the row format
+/// compares them) and time, as integers: no per-row key bytes are built or compared, which
+/// is what made persisting slow. Batches whose tags or time are not of the data model's
+/// types are sorted by their row-format keys instead (the same order).
 pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageError> {
     if batch.num_rows() == 0 {
         return Ok(batch.clone());
     }
     let (key_columns, field_columns) = series_key_and_fields(&batch.schema())?;
-    let keys = row_keys(batch, &key_columns)?;
+    let (time_column, tag_columns) = key_columns.split_last().expect("time is a key column");
+    let times = batch
+        .column(*time_column)
+        .as_primitive_opt::<TimestampNanosecondType>()
+        .filter(|t| t.null_count() == 0);
+    match (series_ranks(batch, tag_columns), times) {
+        (Some(series), Some(times)) => {
+            let mut keyed: Vec<(u32, i64, u32)> = series
+                .iter()
+                .zip(times.values())
+                .zip(0u32..)
+                .map(|((&s, &t), row)| (s, t, row))
+                .collect();
+            // The row index as last key: rows with equal keys keep write order.
+            keyed.sort_unstable();
+            let order: Vec<u32> = keyed.iter().map(|k| k.2).collect();
+            let groups = (0..keyed.len())
+                .filter(|&i| i == 0 || keyed[i - 1].0 != keyed[i].0 || keyed[i - 1].1 != keyed[i].1)
+                .collect();
+            merge_groups(batch, &order, groups, &field_columns)
+        }
+        _ => sort_and_deduplicate_by_rows(batch, &key_columns, &field_columns),
+    }
+}
+
+/// [`sort_and_deduplicate`] by comparing row-format keys (any column types).
+fn sort_and_deduplicate_by_rows(
+    batch: &RecordBatch,
+    key_columns: &[usize],
+    field_columns: &[usize],
+) -> Result<RecordBatch, StorageError> {
+    let keys = row_keys(batch, key_columns)?;
     let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
     // Stable: rows with equal keys keep write order.
     order.sort_by(|&a, &b| keys.row(a as usize).cmp(&keys.row(b as usize)));
-    merge_groups(batch, &keys, &order, &field_columns)
+    let groups = group_starts(&keys, &order);
+    merge_groups(batch, &order, groups, field_columns)
+}
+
+/// Each row's series as a rank: rows of one series share it, and ranks order series as their
+/// row-format keys do (tag by tag in schema order, by value, nulls first). `None` unless every
+/// tag column is a string dictionary.
+fn series_ranks(batch: &RecordBatch, tag_columns: &[usize]) -> Option<Vec<u32>> {
+    let rows = batch.num_rows();
+    // Per tag column: its keys and each dictionary value's rank (0 is "no value").
+    let mut tags = Vec::with_capacity(tag_columns.len());
+    for &c in tag_columns {
+        let dictionary = batch.column(c).as_dictionary_opt::<Int32Type>()?;
+        let values = dictionary.values().as_string_opt::<i32>()?;
+        tags.push((dictionary.keys(), value_ranks(values)));
+    }
+    let width = tags.len();
+    let hasher = hashbrown::DefaultHashBuilder::default();
+    let mut series: hashbrown::HashTable<u32> = hashbrown::HashTable::new();
+    let mut tuples: Vec<u32> = Vec::new(); // the distinct series' rank tuples, `width` apart
+    let mut series_of_row = Vec::with_capacity(rows);
+    let mut tuple = vec![0u32; width];
+    for row in 0..rows {
+        for (slot, (keys, ranks)) in tuple.iter_mut().zip(&tags) {
+            *slot = if keys.is_valid(row) {
+                ranks.get(keys.value(row) as usize).copied().unwrap_or(0)
+            } else {
+                0
+            };
+        }
+        let hash = hasher.hash_one(&tuple);
+        let stored = |&id: &u32| &tuples[id as usize * width..(id as usize + 1) * width];
+        let id = match series.find(hash, |id| stored(id) == tuple.as_slice()) {
+            Some(&id) => id,
+            None => {
+                let id = (tuples.len() / width.max(1)) as u32;
+                tuples.extend_from_slice(&tuple);
+                series.insert_unique(hash, id, |&id| {
+                    hasher.hash_one(&tuples[id as usize * width..(id as usize + 1) * width])
+                });
+                id
+            }
+        };
+        series_of_row.push(id);
+    }
+    let distinct = if width == 0 { 1 } else { tuples.len() / width };
+    let mut by_key: Vec<u32> = (0..distinct as u32).collect();
+    by_key.sort_unstable_by(|&a, &b| {
+        tuples[a as usize * width..(a as usize + 1) * width]
+            .cmp(&tuples[b as usize * width..(b as usize + 1) * width])
+    });
+    let mut rank_of = vec![0u32; distinct];
+    for (rank, &id) in by_key.iter().enumerate() {
+        rank_of[id as usize] = rank as u32;
+    }
+    Some(
+        series_of_row
+            .into_iter()
+            .map(|id| rank_of[id as usize])
+            .collect(),
+    )
+}
+
+/// For each value of a dictionary, 1 + its rank among the distinct values (equal strings
+/// share a rank; a null value is 0, like a null key).
+fn value_ranks(values: &StringArray) -> Vec<u32> {
+    let mut by_value: Vec<u32> = (0..values.len() as u32)
+        .filter(|&i| values.is_valid(i as usize))
+        .collect();
+    by_value.sort_unstable_by(|&a, &b| values.value(a as usize).cmp(values.value(b as usize)));
+    let mut ranks = vec![0u32; values.len()];
+    let mut rank = 0;
+    for (position, &i) in by_value.iter().enumerate() {
+        if position == 0
+            || values.value(by_value[position - 1] as usize) != values.value(i as usize)
+        {
+            rank += 1;
+        }
+        ranks[i as usize] = rank;
+    }
+    ranks
 }
 
 /// Merges duplicate (series, time) rows of a batch that is already sorted by the columns
@@ -44,7 +161,8 @@ pub fn deduplicate_sorted(
     }
     let keys = row_keys(batch, key_columns)?;
     let order: Vec<u32> = (0..batch.num_rows() as u32).collect();
-    merge_groups(batch, &keys, &order, field_columns)
+    let groups = group_starts(&keys, &order);
+    merge_groups(batch, &order, groups, field_columns)
 }
 
 /// [`deduplicate_sorted`] for one batch of a sorted stream: merges every key run except the
@@ -69,7 +187,8 @@ pub fn deduplicate_complete_runs(
         return Ok((None, 0));
     }
     let complete: Vec<u32> = (0..start as u32).collect();
-    let merged = merge_groups(batch, &keys, &complete, field_columns)?;
+    let groups = group_starts(&keys, &complete);
+    let merged = merge_groups(batch, &complete, groups, field_columns)?;
     Ok((Some(merged), start))
 }
 
@@ -105,21 +224,22 @@ fn row_keys(batch: &RecordBatch, key_columns: &[usize]) -> Result<Rows, StorageE
     Ok(converter.convert_columns(&columns)?)
 }
 
-/// Takes the rows `order` lists (all of the batch or a prefix of it), merging runs of equal
-/// keys.
+/// The positions in `order` where a run of equal keys starts.
+fn group_starts(keys: &Rows, order: &[u32]) -> Vec<usize> {
+    (0..order.len())
+        .filter(|&p| p == 0 || keys.row(order[p - 1] as usize) != keys.row(order[p] as usize))
+        .collect()
+}
+
+/// Takes the rows `order` lists (all of the batch or a prefix of it), merging each group
+/// (`order[group_starts[g]..group_starts[g + 1]]`, rows of one series and time).
 fn merge_groups(
     batch: &RecordBatch,
-    keys: &Rows,
     order: &[u32],
+    group_starts: Vec<usize>,
     field_columns: &[usize],
 ) -> Result<RecordBatch, StorageError> {
     let rows = order.len();
-    let mut group_starts = Vec::with_capacity(rows);
-    for (position, &row) in order.iter().enumerate() {
-        if position == 0 || keys.row(order[position - 1] as usize) != keys.row(row as usize) {
-            group_starts.push(position);
-        }
-    }
     let schema = batch.schema();
     let whole_batch_in_order =
         rows == batch.num_rows() && order.iter().enumerate().all(|(i, &row)| i as u32 == row);
@@ -304,5 +424,66 @@ mod tests {
             let streamed = arrow::compute::concat_batches(&input.schema(), &merged).unwrap();
             assert_eq!(streamed, whole, "split at {split}");
         }
+    }
+
+    /// A batch with two tag columns whose dictionaries repeat values and hold a null, null
+    /// keys, times with collisions and a sparse field.
+    fn messy_batch(rows: &[(u8, u8, i64, Option<i32>)]) -> RecordBatch {
+        use arrow::array::{DictionaryArray, Int32Array, Int64Array};
+        let values = Arc::new(StringArray::from(vec![
+            Some("b"),
+            Some("a"),
+            None,
+            Some("b"),
+            Some("c"),
+        ]));
+        let tag = |pick: &dyn Fn(&(u8, u8, i64, Option<i32>)) -> u8| -> ArrayRef {
+            let keys: Int32Array = rows
+                .iter()
+                .map(|r| match pick(r) % 6 {
+                    5 => None,
+                    k => Some(i32::from(k)),
+                })
+                .collect();
+            Arc::new(DictionaryArray::<Int32Type>::try_new(keys, values.clone()).unwrap())
+        };
+        let schema = Arc::new(Schema::new(vec![
+            ColumnType::Tag.arrow_field("dc"),
+            ColumnType::Tag.arrow_field("host"),
+            ColumnType::Time.arrow_field("time"),
+            ColumnType::Field(quiver_ingest::schema::FieldType::Integer).arrow_field("v"),
+        ]));
+        let time: Vec<i64> = rows.iter().map(|r| r.2).collect();
+        let v: Int64Array = rows.iter().map(|r| r.3.map(i64::from)).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                tag(&|r| r.0),
+                tag(&|r| r.1),
+                Arc::new(TimestampNanosecondArray::from(time).with_timezone("UTC")),
+                Arc::new(v),
+            ],
+        )
+        .unwrap()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn series_ranks_sort_exactly_as_row_keys_do(
+            rows in proptest::collection::vec(
+                (0u8..6, 0u8..6, -3i64..4, proptest::option::of(any_i32())),
+                1..200,
+            ),
+        ) {
+            let batch = messy_batch(&rows);
+            let (keys, fields) = series_key_and_fields(&batch.schema()).unwrap();
+            let fast = sort_and_deduplicate(&batch).unwrap();
+            let reference = sort_and_deduplicate_by_rows(&batch, &keys, &fields).unwrap();
+            proptest::prop_assert_eq!(fast, reference);
+        }
+    }
+
+    fn any_i32() -> impl proptest::strategy::Strategy<Value = i32> {
+        proptest::prelude::any::<i32>()
     }
 }
