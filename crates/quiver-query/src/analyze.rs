@@ -61,7 +61,8 @@ pub struct QueryAnalysis {
 }
 
 /// The canonical text of `sql` under `dialect`: tokens separated by single spaces, comments
-/// and whitespace dropped, keywords and unquoted identifiers lower-cased, trailing `;` removed.
+/// and whitespace dropped, keywords and unquoted identifiers lower-cased (ASCII, as DataFusion
+/// folds them), trailing `;` removed; every other token in its unambiguous debug form.
 pub fn canonical_sql(dialect: &dyn Dialect, sql: &str) -> Result<String, String> {
     let tokens = Tokenizer::new(dialect, sql)
         .tokenize()
@@ -79,11 +80,16 @@ pub fn canonical_sql(dialect: &dyn Dialect, sql: &str) -> Result<String, String>
             out.push(' ');
         }
         match token {
+            // DataFusion folds unquoted identifiers to ASCII lower case only: `Ä` and `ä`
+            // are different columns.
             Token::Word(word) if word.quote_style.is_none() => {
-                out.extend(word.value.chars().flat_map(char::to_lowercase));
+                out.push_str(&word.value.to_ascii_lowercase());
             }
+            // Debug, not Display: Display does not re-escape quotes inside literals and quoted
+            // identifiers, so `'a'' or x = ''b'` (one literal) would print as
+            // `'a' or x = 'b'`. Debug quotes and escapes every payload: unambiguous.
             other => {
-                let _ = write!(out, "{other}");
+                let _ = write!(out, "{other:?}");
             }
         }
     }
@@ -200,7 +206,8 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(
             a,
-            "select host , avg ( usage ) from cpu where region = 'EU' group by host"
+            "select host Comma avg LParen usage RParen from cpu where region Eq \
+             SingleQuotedString(\"EU\") group by host"
         );
     }
 
@@ -223,6 +230,28 @@ mod tests {
             canonical("SELECT * FROM t WHERE a = $name")
         );
         assert_ne!(canonical("SELECT 'a''b'"), canonical("SELECT 'a' 'b'"));
+    }
+
+    #[test]
+    fn quotes_inside_literals_and_identifiers_cannot_forge_other_tokens() {
+        assert_ne!(
+            canonical("SELECT * FROM t WHERE name = 'a'' or name = ''b'"),
+            canonical("SELECT * FROM t WHERE name = 'a' or name = 'b'")
+        );
+        assert_ne!(
+            canonical("SELECT \"x\"\" , \"\"y\" FROM t"),
+            canonical("SELECT \"x\" , \"y\" FROM t")
+        );
+        assert_ne!(
+            canonical("SELECT $$a$$ || 'b'"),
+            canonical("SELECT 'a' || 'b'")
+        );
+    }
+
+    #[test]
+    fn only_ascii_letters_fold_as_in_datafusion() {
+        assert_ne!(canonical("SELECT Ä FROM t"), canonical("SELECT ä FROM t"));
+        assert_eq!(canonical("SELECT Host FROM t"), canonical("select HOST from T"));
     }
 
     /// A query built from parts: (text, is it case-insensitive).
