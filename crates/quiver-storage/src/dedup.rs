@@ -109,7 +109,8 @@ fn series_ranks(batch: &RecordBatch, tag_columns: &[usize]) -> Option<Vec<u32>> 
         };
         series_of_row.push(id);
     }
-    let distinct = if width == 0 { 1 } else { tuples.len() / width };
+    // Without tags every row is one series.
+    let distinct = tuples.len().checked_div(width).unwrap_or(1);
     let mut by_key: Vec<u32> = (0..distinct as u32).collect();
     by_key.sort_unstable_by(|&a, &b| {
         tuples[a as usize * width..(a as usize + 1) * width]
@@ -426,9 +427,12 @@ mod tests {
         }
     }
 
+    /// A row of [`messy_batch`]: `dc` and `host` dictionary keys (5 is null), time, `v`.
+    type MessyRow = (u8, u8, i64, Option<i32>);
+
     /// A batch with two tag columns whose dictionaries repeat values and hold a null, null
     /// keys, times with collisions and a sparse field.
-    fn messy_batch(rows: &[(u8, u8, i64, Option<i32>)]) -> RecordBatch {
+    fn messy_batch(rows: &[MessyRow]) -> RecordBatch {
         use arrow::array::{DictionaryArray, Int32Array, Int64Array};
         let values = Arc::new(StringArray::from(vec![
             Some("b"),
@@ -437,7 +441,7 @@ mod tests {
             Some("b"),
             Some("c"),
         ]));
-        let tag = |pick: &dyn Fn(&(u8, u8, i64, Option<i32>)) -> u8| -> ArrayRef {
+        let tag = |pick: &dyn Fn(&MessyRow) -> u8| -> ArrayRef {
             let keys: Int32Array = rows
                 .iter()
                 .map(|r| match pick(r) % 6 {
