@@ -1,5 +1,6 @@
 //! Property test of the MessagePack decoder: random columnar and row records (mixed in
-//! batches, arrays or single records; random key order; nils; every timestamp unit), encoded
+//! batches, arrays or single records; random key order; nils; every timestamp unit; columnar
+//! records with and without `tag_keys`; the `h` shorthand; missing times), encoded
 //! with the `rmpv` MessagePack encoder, decode to exactly the tables a reference path builds
 //! from `rmpv`'s own decoding of the same bytes into a value tree.
 
@@ -69,6 +70,12 @@ struct Record {
     /// Rows: (seconds, tags, fields).
     rows: Vec<(i64, Vec<Option<String>>, Vec<Value>)>,
     key_order: Vec<usize>,
+    /// Columnar: list the tags in `tag_keys` (else string columns are tags by the default rule).
+    tag_keys: bool,
+    /// Row: send the `host` tag as `h`.
+    host_as_h: bool,
+    /// Send no time: the request's time applies.
+    omit_time: bool,
 }
 
 fn record() -> impl Strategy<Value = Record> {
@@ -84,31 +91,43 @@ fn record() -> impl Strategy<Value = Record> {
             ),
             1..6,
         ),
-        Just((0..4).collect::<Vec<usize>>()).prop_shuffle(),
+        Just((0..5).collect::<Vec<usize>>()).prop_shuffle(),
+        (any::<bool>(), any::<bool>(), prop::bool::weighted(0.2)),
     )
-        .prop_map(|(table, columnar, unit, rows, key_order)| Record {
-            table,
-            columnar,
-            unit,
-            rows,
-            key_order,
-        })
+        .prop_map(
+            |(table, columnar, unit, mut rows, key_order, (tag_keys, host_as_h, omit_time))| {
+                // A point needs a field value: if a record would have none that is not a
+                // string (a string column can be a tag), the first row's float gets one.
+                let used = if columnar { rows.len() } else { 1 };
+                let numeric = |r: &(i64, Vec<Option<String>>, Vec<Value>)| {
+                    r.2.iter().any(|v| !v.is_nil() && !v.is_str())
+                };
+                if !rows[..used].iter().any(numeric) {
+                    rows[0].2[0] = Value::from(0.25);
+                }
+                Record {
+                    table,
+                    columnar,
+                    unit,
+                    rows,
+                    key_order,
+                    tag_keys,
+                    host_as_h,
+                    omit_time,
+                }
+            },
+        )
 }
 
 fn encode_record(record: &Record) -> Value {
     let mut entries: Vec<(Value, Value)> = Vec::new();
     entries.push(("m".into(), record.table.into()));
     if record.columnar {
-        let mut columns: Vec<(Value, Value)> = vec![(
-            "time".into(),
-            Value::Array(
-                record
-                    .rows
-                    .iter()
-                    .map(|r| time_in(record.unit, r.0).0)
-                    .collect(),
-            ),
-        )];
+        let mut columns: Vec<(Value, Value)> = Vec::new();
+        if !record.omit_time {
+            let times = record.rows.iter().map(|r| time_in(record.unit, r.0).0);
+            columns.push(("time".into(), Value::Array(times.collect())));
+        }
         for (t, tag) in TAGS.iter().enumerate() {
             let values = record
                 .rows
@@ -121,31 +140,32 @@ fn encode_record(record: &Record) -> Value {
             columns.push(((*field).into(), Value::Array(values.collect())));
         }
         entries.push(("columns".into(), Value::Map(columns)));
-        entries.push((
-            "tag_keys".into(),
-            Value::Array(TAGS.iter().map(|t| Value::from(*t)).collect()),
-        ));
+        if record.tag_keys {
+            entries.push((
+                "tag_keys".into(),
+                Value::Array(TAGS.iter().map(|t| Value::from(*t)).collect()),
+            ));
+        }
     } else {
         let row = &record.rows[0];
-        entries.push(("t".into(), time_in(record.unit, row.0).0));
-        let tags = TAGS
-            .iter()
-            .zip(&row.1)
-            .filter_map(|(t, v)| {
-                v.as_ref()
-                    .map(|v| (Value::from(*t), Value::from(v.as_str())))
-            })
-            .collect();
+        if !record.omit_time {
+            entries.push(("t".into(), time_in(record.unit, row.0).0));
+        }
+        let mut tags = Vec::new();
+        for (tag, value) in TAGS.iter().zip(&row.1) {
+            let Some(value) = value else { continue };
+            if *tag == "host" && record.host_as_h {
+                entries.push(("h".into(), value.as_str().into()));
+            } else {
+                tags.push((Value::from(*tag), Value::from(value.as_str())));
+            }
+        }
         entries.push(("tags".into(), Value::Map(tags)));
-        let mut fields: Vec<(Value, Value)> = FIELDS
+        let fields: Vec<(Value, Value)> = FIELDS
             .iter()
             .zip(&row.2)
             .map(|((f, _), v)| (Value::from(*f), v.clone()))
             .collect();
-        // a row must have a field value: the float field is never nil in row records
-        if fields.iter().all(|(_, v)| v.is_nil()) {
-            fields[0].1 = Value::from(0.25);
-        }
         entries.push(("fields".into(), Value::Map(fields)));
     }
     let order: Vec<usize> = record
@@ -195,7 +215,12 @@ fn reference(bytes: &[u8]) -> Expected {
     }
     // table -> rows of column -> value
     let mut tables: BTreeMap<String, Vec<BTreeMap<String, Value>>> = BTreeMap::new();
-    let mut tags: BTreeSet<String> = BTreeSet::new();
+    // Columns some record says are tags; string columns of columnar records without
+    // `tag_keys` (tags unless some record sends them as string fields); string fields.
+    // All three are sets of (table, column).
+    let mut tags: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut string_columns: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut string_fields: BTreeSet<(String, String)> = BTreeSet::new();
     for record in records {
         let get = |key: &str| {
             record
@@ -206,38 +231,52 @@ fn reference(bytes: &[u8]) -> Expected {
                 .map(|(_, v)| v.clone())
         };
         let table = get("m").unwrap().as_str().unwrap().to_string();
-        let rows = tables.entry(table).or_default();
+        let rows = tables.entry(table.clone()).or_default();
+        let key = |column: &str| (table.clone(), column.to_string());
         if let Some(columns) = get("columns") {
             let columns = columns.as_map().unwrap();
+            let tag_keys: Option<Vec<String>> = get("tag_keys").map(|keys| {
+                let keys = keys.as_array().unwrap().iter();
+                keys.map(|k| k.as_str().unwrap().to_string()).collect()
+            });
             let n = columns[0].1.as_array().unwrap().len();
             for i in 0..n {
                 let mut row = BTreeMap::new();
+                row.insert("time".to_string(), Value::from(NOW));
                 for (name, values) in columns {
                     let value = values.as_array().unwrap()[i].clone();
                     let name = name.as_str().unwrap().to_string();
                     if name == "time" {
                         row.insert(name, Value::from(to_nanos(&value)));
                     } else if !value.is_nil() {
+                        match (&tag_keys, value.is_str()) {
+                            (Some(keys), _) if keys.contains(&name) => tags.insert(key(&name)),
+                            (Some(_), true) => string_fields.insert(key(&name)),
+                            (None, true) => string_columns.insert(key(&name)),
+                            _ => false,
+                        };
                         row.insert(name, value);
                     }
                 }
                 rows.push(row);
             }
-            for key in get("tag_keys").unwrap().as_array().unwrap() {
-                tags.insert(key.as_str().unwrap().to_string());
-            }
         } else {
             let mut row = BTreeMap::new();
-            row.insert(
-                "time".to_string(),
-                Value::from(to_nanos(&get("t").unwrap())),
-            );
+            let time = get("t").map_or(NOW, |t| to_nanos(&t));
+            row.insert("time".to_string(), Value::from(time));
+            if let Some(host) = get("h") {
+                tags.insert(key("host"));
+                row.insert("host".to_string(), host);
+            }
             for (k, v) in get("tags").unwrap().as_map().unwrap() {
-                tags.insert(k.as_str().unwrap().to_string());
+                tags.insert(key(k.as_str().unwrap()));
                 row.insert(k.as_str().unwrap().to_string(), v.clone());
             }
             for (k, v) in get("fields").unwrap().as_map().unwrap() {
                 if !v.is_nil() {
+                    if v.is_str() {
+                        string_fields.insert(key(k.as_str().unwrap()));
+                    }
                     row.insert(k.as_str().unwrap().to_string(), v.clone());
                 }
             }
@@ -247,12 +286,16 @@ fn reference(bytes: &[u8]) -> Expected {
     tables
         .into_iter()
         .map(|(name, rows)| {
+            let key = |column: &str| (name.clone(), column.to_string());
             let mut types: BTreeMap<String, ColumnType> = BTreeMap::new();
             for row in &rows {
                 for (column, value) in row {
                     let t = if column == "time" {
                         ColumnType::Time
-                    } else if tags.contains(column) {
+                    } else if tags.contains(&key(column))
+                        || (string_columns.contains(&key(column))
+                            && !string_fields.contains(&key(column)))
+                    {
                         ColumnType::Tag
                     } else {
                         ColumnType::Field(match value {

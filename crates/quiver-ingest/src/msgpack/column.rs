@@ -22,8 +22,13 @@ pub(crate) const MAX_EXACT_FLOAT_INT: u64 = 1 << 53;
 /// A column's values so far.
 #[derive(Debug)]
 pub(crate) enum Column {
-    /// Only nils so far (no type yet), and how many values to make room for once typed.
-    Nulls { count: usize, capacity: usize },
+    /// Only nils so far (no type yet), and how many values (and, for strings, bytes) to make
+    /// room for once typed.
+    Nulls {
+        count: usize,
+        capacity: usize,
+        bytes: usize,
+    },
     /// Integers.
     Int(Int64Builder),
     /// Non-negative integers, some above `i64::MAX`.
@@ -38,7 +43,7 @@ pub(crate) enum Column {
 
 impl Default for Column {
     fn default() -> Self {
-        Column::with_capacity(0)
+        Column::with_capacity(0, 0)
     }
 }
 
@@ -48,12 +53,19 @@ impl Column {
         Column::Nulls {
             count: rows,
             capacity: 0,
+            bytes: 0,
         }
     }
 
-    /// An empty column that expects about `capacity` values (a hint, not a limit).
-    pub(crate) fn with_capacity(capacity: usize) -> Self {
-        Column::Nulls { count: 0, capacity }
+    /// An empty column that expects about `capacity` values and, if they are strings, at
+    /// most `bytes` bytes of them (hints, not limits). Callers bound both by the bytes left
+    /// in the payload, so a forged length allocates nothing the payload could not fill.
+    pub(crate) fn with_capacity(capacity: usize, bytes: usize) -> Self {
+        Column::Nulls {
+            count: 0,
+            capacity,
+            bytes,
+        }
     }
 
     /// Number of values (nulls included).
@@ -81,6 +93,7 @@ impl Column {
     }
 
     /// Appends `value`, promoting the column if it needs to; the error says what clashed.
+    #[inline]
     pub(crate) fn push(&mut self, value: Scalar<'_>) -> Result<(), String> {
         match (&mut *self, value) {
             (_, Scalar::Nil) => self.push_null(),
@@ -98,8 +111,15 @@ impl Column {
             (Column::Float(b), Scalar::UInt(v)) => b.append_value(exact_float(v, v as f64)?),
             (Column::Str(b), Scalar::Str(v)) => b.append_value(v),
             (Column::Bool(b), Scalar::Bool(v)) => b.append_value(v),
-            (Column::Nulls { count, capacity }, value) => {
-                *self = typed(*count, (*capacity).max(*count + 1), value)?;
+            (
+                Column::Nulls {
+                    count,
+                    capacity,
+                    bytes,
+                },
+                value,
+            ) => {
+                *self = typed(*count, (*capacity).max(*count + 1), *bytes, value)?;
                 return self.push(value);
             }
             (Column::Int(_), Scalar::UInt(_)) => {
@@ -198,15 +218,21 @@ fn exact_float(magnitude: u64, value: f64) -> Result<f64, String> {
     }
 }
 
-/// A column for the first non-nil `value`, after `nulls` nils, with room for `capacity` values.
-fn typed(nulls: usize, capacity: usize, value: Scalar<'_>) -> Result<Column, String> {
+/// A column for the first non-nil `value`, after `nulls` nils, with room for `capacity` values
+/// (and, for strings, as many bytes as `capacity` copies of `value`, at most `max_bytes`).
+fn typed(
+    nulls: usize,
+    capacity: usize,
+    max_bytes: usize,
+    value: Scalar<'_>,
+) -> Result<Column, String> {
     let mut column = match value {
         Scalar::Int(_) => Column::Int(Int64Builder::with_capacity(capacity)),
         Scalar::UInt(_) => Column::UInt(UInt64Builder::with_capacity(capacity)),
         Scalar::Float(_) => Column::Float(Float64Builder::with_capacity(capacity)),
         Scalar::Str(s) => Column::Str(StringBuilder::with_capacity(
             capacity,
-            capacity.saturating_mul(s.len()),
+            capacity.saturating_mul(s.len()).min(max_bytes),
         )),
         Scalar::Bool(_) => Column::Bool(BooleanBuilder::with_capacity(capacity)),
         Scalar::Timestamp(_) => {

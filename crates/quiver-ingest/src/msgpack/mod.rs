@@ -8,7 +8,9 @@
 //!   arrays of equal length (`nil` for a missing value). String columns are tags and every
 //!   other column is a field, unless the record lists its tags in `"tag_keys": [...]` (Arc's
 //!   newer form: then exactly those columns are tags); a record-level `"tags": {...}` map adds
-//!   the same tags to every row. Without a `time` column every row gets the request's time.
+//!   the same tags to every row (`"h"` adds the `host` tag). Without a `time` column every row
+//!   gets the record's `"t"`, or else the request's time. A record needs at least one field
+//!   column with a value, as a line of line protocol needs a field.
 //! - **row**: `{"m": "cpu", "t": 1700000000000, "tags": {...}, "fields": {...}}`, with `"h"`
 //!   as shorthand for the `host` tag and `"f": [...]` for fields named `field_0`, `field_1`, ...
 //!   A missing `t` is the request's time.
@@ -258,11 +260,16 @@ impl<'a> Decoder<'a> {
             .ok_or_else(|| fail("the record has no measurement ('m')".into()))?;
         match (keys.columns, keys.has_fields) {
             (Some(Columns { time, values, rows }), false) => {
-                let time = if time.is_empty() {
-                    vec![self.default_time; rows]
-                } else {
-                    time
+                let time = match (time.is_empty(), keys.time) {
+                    (true, record_time) => vec![record_time.unwrap_or(self.default_time); rows],
+                    (false, None) => time,
+                    (false, Some(_)) => {
+                        return Err(fail("the record has both 't' and a 'time' column".into()))
+                    }
                 };
+                if let Some(host) = keys.host {
+                    set(&mut self.tags, "host", host);
+                }
                 let columns = with_roles(values, keys.tag_keys.as_deref()).map_err(fail)?;
                 let piece = Piece::columnar(record, time, columns, &self.tags).map_err(fail)?;
                 self.tables.add_piece(&measurement, piece);
@@ -478,7 +485,8 @@ impl<'a> Decoder<'a> {
                 time = self.time_column(len)?;
                 continue;
             }
-            let mut column = Column::with_capacity(len.min(self.reader.remaining()));
+            let left = self.reader.remaining();
+            let mut column = Column::with_capacity(len.min(left), left);
             for index in 0..len {
                 let at = self.reader.offset();
                 let value = self.scalar(|| format!("column {name:?} value {index}"))?;

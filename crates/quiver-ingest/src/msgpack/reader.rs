@@ -110,6 +110,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     fn take(&mut self, n: usize, start: usize) -> Result<&'a [u8], ReadError> {
         let left = self.data.len() - self.pos;
         if n > left {
@@ -123,6 +124,7 @@ impl<'a> Reader<'a> {
         Ok(bytes)
     }
 
+    #[inline]
     fn array<const N: usize>(&mut self, start: usize) -> Result<[u8; N], ReadError> {
         Ok(self
             .take(N, start)?
@@ -130,23 +132,28 @@ impl<'a> Reader<'a> {
             .expect("take returns exactly N bytes"))
     }
 
+    #[inline]
     fn u8(&mut self, start: usize) -> Result<u8, ReadError> {
         Ok(self.array::<1>(start)?[0])
     }
 
+    #[inline]
     fn u16(&mut self, start: usize) -> Result<u16, ReadError> {
         Ok(u16::from_be_bytes(self.array(start)?))
     }
 
+    #[inline]
     fn u32(&mut self, start: usize) -> Result<u32, ReadError> {
         Ok(u32::from_be_bytes(self.array(start)?))
     }
 
+    #[inline]
     fn u64(&mut self, start: usize) -> Result<u64, ReadError> {
         Ok(u64::from_be_bytes(self.array(start)?))
     }
 
     /// Reads the next value's head: a whole scalar, or an array's / map's length.
+    #[inline]
     pub(crate) fn next(&mut self) -> Result<Item<'a>, ReadError> {
         let start = self.pos;
         let marker = Marker::from_u8(self.u8(start)?);
@@ -212,6 +219,7 @@ impl<'a> Reader<'a> {
         Ok(Item::Scalar(scalar))
     }
 
+    #[inline]
     fn str_body(&mut self, n: usize, start: usize) -> Result<Scalar<'a>, ReadError> {
         let bytes = self.take(n, start)?;
         std::str::from_utf8(bytes).map(Scalar::Str).map_err(|e| {

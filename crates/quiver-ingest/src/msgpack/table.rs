@@ -408,6 +408,20 @@ fn finish_table(
             pieces.push(array);
         }
     }
+    // A columnar record whose columns are all tags (or nil) adds no point (row records are
+    // checked row by row as they are read).
+    for piece in &parts.pieces {
+        let is_field =
+            |name: &String| matches!(targets.get(name.as_str()), Some(ColumnType::Field(_)));
+        if !piece.columns.iter().any(|(name, _, _)| is_field(name)) {
+            return Err(fail(
+                Some(piece.records.of_row(0)),
+                "the record has no field values: every column is the time, a tag or all nil \
+                 (a point needs at least one field, as a line of line protocol does)"
+                    .into(),
+            ));
+        }
+    }
     let join = |arrays: Vec<ArrayRef>| -> Result<ArrayRef, TableError> {
         if arrays.len() == 1 {
             return Ok(arrays.into_iter().next().expect("one array"));

@@ -430,7 +430,6 @@ fn timestamps_units_are_inferred_from_magnitude() {
 
 #[test]
 fn bad_payloads_are_errors_naming_where() {
-    let error = |value: Value| decode(&value).unwrap_err();
     let unequal = map(vec![
         ("m", "cpu".into()),
         (
@@ -551,9 +550,12 @@ fn truncated_payloads_fail_at_every_cut() {
             map(vec![
                 ("time", Value::Array(vec![1i64.into(), 2i64.into()])),
                 ("host", Value::Array(vec!["a".into(), "b".into()])),
+                ("v", Value::Array(vec![1.5f64.into(), Value::Nil])),
             ]),
         ),
     ]));
+    let options = MsgpackOptions { default_time_ns: 0 };
+    assert!(decode_msgpack(&payload, &options, &NoExistingTables).is_ok());
     for cut in 1..payload.len() {
         let result = decode_msgpack(
             &payload[..cut],
@@ -585,4 +587,75 @@ fn several_top_level_values_are_one_payload() {
     )
     .unwrap();
     assert_eq!(tables.len(), 2);
+}
+
+fn error(value: Value) -> MsgpackError {
+    decode(&value).unwrap_err()
+}
+
+#[test]
+fn a_forged_array_length_allocates_nothing_the_payload_cannot_fill() {
+    // {"m": "cpu", "columns": {"v": <array32 claiming 2^32-1 values: one 1 MiB string>}}
+    let mut payload = encode(&map(vec![("m", "cpu".into())]));
+    payload[0] = 0x82; // a map of two entries: "m" and "columns"
+    payload.extend(encode(&Value::from("columns")));
+    payload.extend([0x81]);
+    payload.extend(encode(&Value::from("v")));
+    payload.extend([0xdd, 0xff, 0xff, 0xff, 0xff]);
+    payload.extend(encode(&Value::from("x".repeat(1 << 20))));
+    let e = decode_msgpack(
+        &payload,
+        &MsgpackOptions { default_time_ns: 0 },
+        &NoExistingTables,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("truncated"), "{e}");
+    assert_eq!(e.offset, Some(payload.len()));
+}
+
+#[test]
+fn columnar_records_take_h_and_t_and_need_a_field() {
+    let tables = decode(&map(vec![
+        ("m", "cpu".into()),
+        ("h", "server-1".into()),
+        ("t", 1_700_000_000i64.into()),
+        (
+            "columns",
+            map(vec![("v", Value::Array(vec![1i64.into(), 2i64.into()]))]),
+        ),
+    ]))
+    .unwrap();
+    assert_eq!(
+        strings(column(&tables[0], "host")),
+        vec![Some("server-1".into()); 2]
+    );
+    assert_eq!(times(&tables[0]), vec![1_700_000_000_000_000_000; 2]);
+
+    let both_times = map(vec![
+        ("m", "cpu".into()),
+        ("t", 1i64.into()),
+        (
+            "columns",
+            map(vec![
+                ("time", Value::Array(vec![1i64.into()])),
+                ("v", Value::Array(vec![1i64.into()])),
+            ]),
+        ),
+    ]);
+    assert!(error(both_times)
+        .message
+        .contains("both 't' and a 'time' column"));
+
+    for columns in [
+        map(vec![("host", Value::Array(vec!["a".into()]))]),
+        map(vec![
+            ("host", Value::Array(vec!["a".into()])),
+            ("v", Value::Array(vec![Value::Nil])),
+        ]),
+        map(vec![("time", Value::Array(vec![1i64.into()]))]),
+    ] {
+        let e = error(map(vec![("m", "cpu".into()), ("columns", columns)]));
+        assert!(e.message.contains("no field values"), "{e}");
+        assert_eq!(e.record, Some(0));
+    }
 }
