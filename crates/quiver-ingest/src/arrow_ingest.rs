@@ -89,12 +89,9 @@ fn convert(column: &ArrayRef, target: &DataType) -> Result<ArrayRef, ArrowError>
     cast_with_options(column, target, &options)
 }
 
-/// `batch` as rows of table `table`: columns converted to the data model and sorted by name.
-pub fn table_from_arrow(
-    table: &str,
-    batch: &RecordBatch,
-) -> Result<DecodedTable, ArrowIngestError> {
-    let schema = batch.schema();
+/// Checks that batches of `schema` fit the data model (see the module documentation), before
+/// any of their data is read: the error names the first column that does not.
+pub fn check_schema(schema: &Schema) -> Result<(), ArrowIngestError> {
     if schema.column_with_name(TIME_COLUMN).is_none() {
         let present: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         return Err(ArrowIngestError {
@@ -105,8 +102,7 @@ pub fn table_from_arrow(
             ),
         });
     }
-    let mut columns: Vec<(Field, ArrayRef)> = Vec::with_capacity(batch.num_columns());
-    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+    for (index, field) in schema.fields().iter().enumerate() {
         let name = field.name();
         if name.is_empty() {
             return Err(ArrowIngestError::column(
@@ -114,21 +110,36 @@ pub fn table_from_arrow(
                 "column names must not be empty",
             ));
         }
-        if columns.iter().any(|(f, _)| f.name() == name) {
+        if schema.fields()[..index].iter().any(|f| f.name() == name) {
             return Err(ArrowIngestError::column(name, "appears twice"));
         }
-        let target = target_type(name, field.data_type()).ok_or_else(|| {
+        if target_type(name, field.data_type()).is_none() {
             let expected = if name == TIME_COLUMN {
                 "the time column must be a timestamp"
             } else {
                 "supported: dictionary-encoded strings (tags), float, integer, unsigned \
                  integer, string, boolean (fields)"
             };
-            ArrowIngestError::column(
+            return Err(ArrowIngestError::column(
                 name,
                 format!("type {} is not supported; {expected}", field.data_type()),
-            )
-        })?;
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `batch` as rows of table `table`: columns converted to the data model and sorted by name.
+pub fn table_from_arrow(
+    table: &str,
+    batch: &RecordBatch,
+) -> Result<DecodedTable, ArrowIngestError> {
+    let schema = batch.schema();
+    check_schema(&schema)?;
+    let mut columns: Vec<(Field, ArrayRef)> = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let name = field.name();
+        let target = target_type(name, field.data_type()).expect("check_schema checked it");
         let converted = convert(column, &target)
             .map_err(|e| ArrowIngestError::column(name, format!("cannot convert: {e}")))?;
         if name == TIME_COLUMN && converted.null_count() > 0 {

@@ -7,6 +7,7 @@
 //! its input (no I/O, no servers), so decoders can be property-tested and fuzzed in isolation.
 
 pub mod arrow_ingest;
+pub mod arrow_ipc;
 pub mod line_protocol;
 pub mod msgpack;
 pub mod schema;

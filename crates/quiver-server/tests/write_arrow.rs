@@ -11,7 +11,8 @@ use arrow::array::{
     TimestampMillisecondArray,
 };
 use arrow::datatypes::Int32Type;
-use arrow::ipc::writer::StreamWriter;
+use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow::ipc::CompressionType;
 use common::{error_body, Server};
 use serde_json::json;
 
@@ -49,6 +50,28 @@ fn metrics(start_ms: i64, n: usize) -> RecordBatch {
         ("count", Arc::new(Int32Array::from_iter_values(0..n as i32))),
     ])
     .unwrap()
+}
+
+/// A zstd-compressed stream whose first compressed buffer claims 2^50 bytes uncompressed
+/// (what Arrow's reader would allocate for it).
+fn claims_a_petabyte() -> Vec<u8> {
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(CompressionType::ZSTD))
+        .unwrap();
+    let batch = metrics(0, 1000);
+    let mut out = Vec::new();
+    let mut writer =
+        StreamWriter::try_new_with_options(&mut out, &batch.schema(), options).unwrap();
+    writer.write(&batch).unwrap();
+    writer.finish().unwrap();
+    drop(writer);
+    // [schema message][0xffffffff, metadata length, metadata][body]: the body's first bytes
+    // are the uncompressed-length prefix of its first non-empty buffer.
+    let message_length = |at: usize| u32::from_le_bytes(out[at + 4..at + 8].try_into().unwrap());
+    let batch_at = 8 + message_length(0) as usize;
+    let body_at = batch_at + 8 + message_length(batch_at) as usize;
+    out[body_at..body_at + 8].copy_from_slice(&(1i64 << 50).to_le_bytes());
+    out
 }
 
 async fn post(server: &Server, query: &str, body: Vec<u8>) -> reqwest::Response {
@@ -121,6 +144,12 @@ async fn bad_bodies_write_nothing_and_name_the_problem() {
     second_bad.truncate(second_bad.len() - 8); // drop the end-of-stream marker
     second_bad.extend(stream(std::slice::from_ref(&no_time)));
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "db=arrowdb&table=m",
+            claims_a_petabyte(),
+            400,
+            "uncompressed",
+        ),
         ("db=arrowdb&table=m", stream(&[no_time]), 400, "\"time\""),
         ("db=arrowdb&table=m", stream(&[nested]), 400, "\"xs\""),
         ("db=arrowdb&table=m", stream(&[conflicting]), 400, "usage"),

@@ -1,20 +1,23 @@
 //! Arrow IPC stream upload: `POST /api/v3/write_arrow?db=&table=&no_sync=` with an
 //! `application/vnd.apache.arrow.stream` body (gzip or zstd `Content-Encoding` accepted).
 //!
-//! Every batch is checked against the data model (`time` required; dictionary-encoded strings
-//! are tags; other columns fields of their own type, narrower numeric and string types widened;
-//! see `quiver_ingest::arrow_ingest`) before anything is written: a bad batch is a 400 naming
-//! the batch and column, and nothing of the request is written. A good request is one durable
+//! The stream's framing and schema are checked before any batch is read (no size the client
+//! declares is trusted: see `quiver_ingest::arrow_ipc`), then every batch against the data
+//! model (`time` required; dictionary-encoded strings are tags; other columns fields of their
+//! own type, narrower numeric and string types widened; see `quiver_ingest::arrow_ingest`)
+//! before anything is written: a bad stream is a 400 naming the message or batch, the byte
+//! offset or the column, and nothing of the request is written. A good request is one durable
 //! write through the WAL, acknowledged with 204 like line protocol.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow::buffer::Buffer;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use quiver_ingest::arrow_ingest::table_from_arrow;
+use quiver_ingest::arrow_ipc::decode_ipc_stream;
 use quiver_ingest::line_protocol::DecodedTable;
 use quiver_storage::Durability;
 
@@ -54,7 +57,8 @@ pub async fn write_arrow(
         }
     }
     let bytes = read_body(&headers, body, app.max_request_bytes).await?;
-    let tables = tokio::task::spawn_blocking(move || decode_stream(&table, bytes))
+    let max_bytes = app.max_request_bytes;
+    let tables = tokio::task::spawn_blocking(move || decode_stream(&table, bytes, max_bytes))
         .await
         .map_err(|e| {
             ApiError::new(
@@ -69,24 +73,15 @@ pub async fn write_arrow(
 }
 
 /// Every non-empty batch of the stream, converted to the data model; the first bad one fails
-/// the whole request.
-fn decode_stream(table: &str, bytes: bytes::Bytes) -> Result<Vec<DecodedTable>, ApiError> {
-    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| ApiError::bad_request(format!("the body is not an Arrow IPC stream: {e}")))?;
-    let mut tables = Vec::new();
-    for (index, batch) in reader.enumerate() {
-        let batch = batch.map_err(|e| {
-            ApiError::bad_request(format!(
-                "the Arrow IPC stream is invalid at batch {index}: {e}; nothing was written"
-            ))
-        })?;
-        if batch.num_rows() == 0 {
-            continue;
-        }
-        let decoded = table_from_arrow(table, &batch).map_err(|e| {
-            ApiError::bad_request(format!("batch {index}: {e}; nothing was written"))
-        })?;
-        tables.push(decoded);
-    }
-    Ok(tables)
+/// the whole request. Compressed IPC buffers may hold at most what a request body may.
+fn decode_stream(
+    table: &str,
+    bytes: bytes::Bytes,
+    max_bytes: usize,
+) -> Result<Vec<DecodedTable>, ApiError> {
+    decode_ipc_stream(table, Buffer::from(bytes), max_bytes).map_err(|e| {
+        ApiError::bad_request(format!(
+            "Arrow IPC stream rejected: {e}; nothing was written"
+        ))
+    })
 }
