@@ -251,7 +251,10 @@ mod tests {
     #[test]
     fn only_ascii_letters_fold_as_in_datafusion() {
         assert_ne!(canonical("SELECT Ä FROM t"), canonical("SELECT ä FROM t"));
-        assert_eq!(canonical("SELECT Host FROM t"), canonical("select HOST from T"));
+        assert_eq!(
+            canonical("SELECT Host FROM t"),
+            canonical("select HOST from T")
+        );
     }
 
     /// A query built from parts: (text, is it case-insensitive).
