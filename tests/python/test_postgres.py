@@ -33,6 +33,7 @@ U64_MAX = 2**64 - 1
 
 # PostgreSQL type OIDs (pg_type.oid).
 INT8, FLOAT8, TEXT, BOOL, TIMESTAMPTZ, NUMERIC = 20, 701, 25, 16, 1184, 1700
+INT2, INT4, FLOAT4, BYTEA = 21, 23, 700, 17
 
 
 def connect(port: int, dbname: str = PG_DB, **kwargs: Any) -> psycopg.Connection:
@@ -115,9 +116,38 @@ def test_data_model_types_map_to_postgres_types(basics: str, quiver_pg_port: int
         assert rows[2][5] is None, "a missing field is NULL"
 
 
+def test_narrow_and_binary_types_map_to_postgres_types(basics: str, quiver_pg_port: int) -> None:
+    sql = ("SELECT CAST(-5 AS TINYINT) AS tiny, CAST(300 AS SMALLINT) AS small, "
+           "CAST(70000 AS INT) AS int, CAST(1.5 AS REAL) AS real, "
+           "arrow_cast(200, 'UInt8') AS u8, arrow_cast(60000, 'UInt16') AS u16, "
+           "arrow_cast(4000000000, 'UInt32') AS u32, arrow_cast('ab', 'Binary') AS bin")
+    for binary in (False, True):
+        with connect(quiver_pg_port) as conn, conn.cursor(binary=binary) as cursor:
+            cursor.execute(sql)
+            types = {c.name: c.type_code for c in cursor.description}
+            assert types == {"tiny": INT2, "small": INT2, "int": INT4, "real": FLOAT4,
+                             "u8": INT2, "u16": INT4, "u32": INT8, "bin": BYTEA}, binary
+            assert cursor.fetchone() == (-5, 300, 70000, 1.5, 200, 60000, 4000000000, b"ab"), \
+                binary
+
+
 # --------------------------------------------------------------------------
 # Parameters, pipelining, transactions
 # --------------------------------------------------------------------------
+
+def test_numeric_parameters_never_overflow_silently(basics: str, quiver_pg_port: int) -> None:
+    """A number bound to an unsigned 64-bit column is compared exactly, or refused (22003, or
+    22023 where the driver sent a typed integer): never NULL (no rows) or a truncated value."""
+    with connect(quiver_pg_port) as conn:
+        for placeholder in ("%s", "%b"):
+            sql = f"SELECT host FROM cpu WHERE big = {placeholder}"
+            assert conn.execute(sql, (U64_MAX,)).fetchall() == [("a",)], placeholder
+            assert conn.execute(sql, (decimal.Decimal(7),)).fetchall() == [("o''brien",)]
+            for bad in (2**64, -1, decimal.Decimal("7.5")):
+                with pytest.raises((psycopg.errors.NumericValueOutOfRange,
+                                    psycopg.errors.InvalidParameterValue), match="out of range"):
+                    conn.execute(sql, (bad,))
+        assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
 
 def test_parameters_text_and_binary(basics: str, quiver_pg_port: int) -> None:
     sql = "SELECT host, count FROM cpu WHERE region = %s AND usage > %s ORDER BY host"
@@ -372,13 +402,97 @@ def test_malformed_messages_in_a_session(basics: str, quiver_pg_port: int) -> No
 
 def test_a_client_that_disappears_mid_result_does_not_hurt_others(basics: str,
                                                                   quiver_pg_port: int) -> None:
-    with _raw_session(quiver_pg_port) as sock:
-        query = b"SELECT * FROM generate_series(1, 5000000)\0"
-        sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
-        sock.recv(1024)
+    with connect(quiver_pg_port) as bystander:
+        assert bystander.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
+        with _raw_session(quiver_pg_port) as sock:
+            query = b"SELECT * FROM generate_series(1, 5000000)\0"
+            sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
+            sock.recv(1024)
+        # The session that was open all along, and a new one, both go on.
+        assert bystander.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
     with connect(quiver_pg_port) as conn:
         assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (3,)
     assert query_json(basics, PG_DB, "SELECT count(*) AS n FROM cpu") == [{"n": 3}]
+
+
+# --------------------------------------------------------------------------
+# The extended protocol message by message
+# --------------------------------------------------------------------------
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
+def _parse(statement: str, sql: str) -> bytes:
+    return _message(b"P", statement.encode() + b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0))
+
+
+def _bind(portal: str, statement: str) -> bytes:
+    return _message(b"B", portal.encode() + b"\0" + statement.encode() + b"\0"
+                    + struct.pack("!hhh", 0, 0, 0))
+
+
+def _execute(portal: str, max_rows: int = 0) -> bytes:
+    return _message(b"E", portal.encode() + b"\0" + struct.pack("!i", max_rows))
+
+
+SYNC = _message(b"S", b"")
+
+
+def _replies(sock: socket.socket) -> list[tuple[bytes, bytes]]:
+    """The backend messages up to and including ReadyForQuery, as (kind, body)."""
+    data = _read_until_ready(sock)
+    messages, offset = [], 0
+    while offset < len(data):
+        kind = data[offset:offset + 1]
+        (length,) = struct.unpack("!I", data[offset + 1:offset + 5])
+        messages.append((kind, data[offset + 5:offset + 1 + length]))
+        offset += 1 + length
+    return messages
+
+
+def _data_rows(messages: list[tuple[bytes, bytes]]) -> list[str]:
+    """The first column of every DataRow, as text."""
+    rows = []
+    for kind, body in messages:
+        if kind == b"D":
+            (length,) = struct.unpack("!i", body[2:6])
+            rows.append(body[6:6 + length].decode())
+    return rows
+
+
+def test_named_portals_resume_after_a_row_limit(basics: str, quiver_pg_port: int) -> None:
+    with _raw_session(quiver_pg_port) as sock:
+        sock.sendall(_parse("by_host", "SELECT host FROM cpu ORDER BY host")
+                     + _bind("cursor", "by_host") + _execute("cursor", 2)
+                     + _execute("cursor", 0) + SYNC)
+        replies = _replies(sock)
+        kinds = [kind for kind, _ in replies]
+        assert kinds == [b"1", b"2", b"D", b"D", b"s", b"D", b"C", b"Z"], kinds
+        assert _data_rows(replies) == ["a", "b", "o''brien"]
+        # The named statement outlives the portal: bind it again.
+        sock.sendall(_bind("", "by_host") + _execute("") + SYNC)
+        replies = _replies(sock)
+        assert _data_rows(replies) == ["a", "b", "o''brien"], replies
+
+
+def test_an_error_in_a_pipeline_skips_to_sync(basics: str, quiver_pg_port: int) -> None:
+    with _raw_session(quiver_pg_port) as sock:
+        pipeline = b"".join([
+            _parse("", "SELECT count(*) FROM cpu"), _bind("", ""), _execute(""),
+            _parse("", "SELECT * FROM no_such_table"), _bind("", ""), _execute(""),
+            _parse("", "SELECT 42"), _bind("", ""), _execute(""),
+            SYNC,
+        ])
+        sock.sendall(pipeline)
+        replies = _replies(sock)
+        kinds = [kind for kind, _ in replies]
+        # The first query's answer, the error, nothing of the third, then ready again.
+        assert kinds == [b"1", b"2", b"D", b"C", b"E", b"Z"], kinds
+        assert _data_rows(replies) == ["3"]
+        assert b"42P01" in replies[4][1]
+        sock.sendall(_parse("", "SELECT 42") + _bind("", "") + _execute("") + SYNC)
+        assert _data_rows(_replies(sock)) == ["42"]
 
 
 # --------------------------------------------------------------------------

@@ -12,8 +12,9 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, TimestampNanosecondArray};
-use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, TimestampNanosecondArray};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType};
 use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
@@ -33,6 +34,7 @@ use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use quiver_cache::{AnswerBody, QueryService};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
+use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};
 use super::errors::{error, query_error, sqlstate};
@@ -355,7 +357,7 @@ impl PgHandler {
         check_format_count(format, schema.fields().len(), "result columns")?;
         let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, None)?);
         let encoder_fields = fields.clone();
-        let rows = batches.flat_map(move |batch| match batch.map(floor_to_micros) {
+        let rows = batches.flat_map(move |batch| match batch.map(pg_representable) {
             Ok(batch) => {
                 futures::stream::iter(encode_recordbatch(encoder_fields.clone(), batch)).boxed()
             }
@@ -369,30 +371,49 @@ impl PgHandler {
     }
 }
 
-/// `batch` with nanosecond timestamps rounded down to whole microseconds, PostgreSQL's
-/// precision. Text and binary results then send the same instant: the binary encoder
-/// truncates toward 2000-01-01, which rounds earlier times up.
-fn floor_to_micros(batch: RecordBatch) -> RecordBatch {
-    let needs =
-        |c: &ArrayRef| matches!(c.data_type(), DataType::Timestamp(TimeUnit::Nanosecond, _));
+/// `batch` in values PostgreSQL represents as the field types announced for it
+/// (`arrow_schema_to_pg_fields`): nanosecond timestamps rounded down to whole microseconds,
+/// PostgreSQL's precision (text and binary results then send the same instant: the binary
+/// encoder truncates toward 2000-01-01, which rounds earlier times up); `Int8` as `int2`
+/// values and `Float16` as `float4` values (the encoder would send one byte for an `int2`).
+fn pg_representable(batch: RecordBatch) -> RecordBatch {
+    let needs = |c: &ArrayRef| {
+        matches!(
+            c.data_type(),
+            DataType::Timestamp(TimeUnit::Nanosecond, _) | DataType::Int8 | DataType::Float16
+        )
+    };
     if !batch.columns().iter().any(needs) {
         return batch;
     }
     let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
-        .map(
-            |column| match column.as_any().downcast_ref::<TimestampNanosecondArray>() {
-                Some(nanos) => {
-                    let floored: TimestampNanosecondArray =
-                        nanos.unary(|v| v - v.rem_euclid(1_000));
-                    Arc::new(floored.with_timezone_opt(nanos.timezone())) as ArrayRef
-                }
-                None => column.clone(),
-            },
-        )
+        .map(|column| match column.data_type() {
+            DataType::Timestamp(TimeUnit::Nanosecond, zone) => {
+                let nanos = column.as_primitive::<TimestampNanosecondType>();
+                let floored: TimestampNanosecondArray = nanos.unary(|v| v - v.rem_euclid(1_000));
+                Arc::new(floored.with_timezone_opt(zone.clone())) as ArrayRef
+            }
+            DataType::Int8 => cast(column, &DataType::Int16).expect("Int8 fits Int16"),
+            DataType::Float16 => cast(column, &DataType::Float32).expect("Float16 fits Float32"),
+            _ => column.clone(),
+        })
         .collect();
-    RecordBatch::try_new(batch.schema(), columns).expect("same schema, same lengths")
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&columns)
+        .map(|(field, column)| {
+            field
+                .as_ref()
+                .clone()
+                .with_data_type(column.data_type().clone())
+        })
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .expect("same columns, same lengths")
 }
 
 /// True if `actual` has the columns (names and types) `described` announced.
@@ -505,10 +526,50 @@ fn bind_parameters(
     };
     let values = values
         .into_iter()
+        .zip(&server_types)
         .enumerate()
-        .map(|(i, value)| exact_text(portal, i, value.value))
+        .map(|(i, (value, server_type))| {
+            let value = exact_numeric(portal, i, *server_type, value.value)?;
+            exact_text(portal, i, value)
+        })
         .collect::<PgWireResult<Vec<_>>>()?;
     Ok(QueryParams::Positional(values))
+}
+
+/// A `numeric` parameter for an integer placeholder, if it holds the number sent: arrow-pg
+/// turns a number that does not fit (`2^64` for a `UInt64` column, `-1`, `1.5`) into NULL or
+/// truncates it, which would silently change the query. Fails with `22003` instead.
+fn exact_numeric(
+    portal: &Portal<Arc<Prepared>>,
+    index: usize,
+    server_type: Option<&Type>,
+    value: ScalarValue,
+) -> PgWireResult<ScalarValue> {
+    if server_type != Some(&Type::NUMERIC) || !matches!(portal.parameters.get(index), Some(Some(_)))
+    {
+        return Ok(value);
+    }
+    let Some(sent) = portal.parameter::<Decimal>(index, &Type::NUMERIC)? else {
+        return Ok(value);
+    };
+    let held = match &value {
+        ScalarValue::UInt64(v) => v.map(Decimal::from),
+        ScalarValue::UInt32(v) => v.map(Decimal::from),
+        ScalarValue::Int64(v) => v.map(Decimal::from),
+        ScalarValue::Int32(v) => v.map(Decimal::from),
+        _ => return Ok(value),
+    };
+    if held == Some(sent.normalize()) {
+        return Ok(value);
+    }
+    Err(error(
+        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+        format!(
+            "parameter ${}: {sent} is out of range for type {}",
+            index + 1,
+            value.data_type()
+        ),
+    ))
 }
 
 /// A text-format string parameter exactly as sent: pgwire's text decoding turns `''` into
@@ -664,7 +725,7 @@ mod tests {
             arrow::datatypes::Field::new("time", times.data_type().clone(), false),
         ]));
         let batch = RecordBatch::try_new(schema, vec![Arc::new(times)]).unwrap();
-        let floored = floor_to_micros(batch);
+        let floored = pg_representable(batch);
         let column = floored
             .column(0)
             .as_any()
@@ -675,6 +736,34 @@ mod tests {
             &[2_000_000_000, -1_000_001_000, 0]
         );
         assert_eq!(column.timezone(), Some("UTC"));
+    }
+
+    #[test]
+    fn narrow_types_become_what_their_pg_types_hold() {
+        let batch = RecordBatch::try_from_iter([
+            (
+                "tiny",
+                Arc::new(arrow::array::Int8Array::from(vec![-128, 127])) as ArrayRef,
+            ),
+            (
+                "half",
+                cast(
+                    &arrow::array::Float32Array::from(vec![1.5, -2.0]),
+                    &DataType::Float16,
+                )
+                .unwrap(),
+            ),
+        ])
+        .unwrap();
+        let converted = pg_representable(batch);
+        let tiny = converted
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int16Type>();
+        assert_eq!(tiny.values().as_ref(), &[-128, 127]);
+        let half = converted
+            .column(1)
+            .as_primitive::<arrow::datatypes::Float32Type>();
+        assert_eq!(half.values().as_ref(), &[1.5, -2.0]);
     }
 
     #[test]
