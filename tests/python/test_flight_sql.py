@@ -13,6 +13,7 @@ import adbc_driver_manager
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+import requests
 
 from quiver_testlib import assert_rows_match, normalize_table, query_arrow, write_lp
 from test_differential import DB, QUERIES, Query, dataset, loaded_quiver_url  # noqa: F401
@@ -168,6 +169,100 @@ def test_pyarrow_flight_handshake_and_statement(basics_url: str, quiver_flight_u
     again = client.do_get(client.get_flight_info(descriptor, options).endpoints[0].ticket,
                           options).read_all()
     assert again.num_rows == 3
+
+
+def _client(uri: str, user: str, database: str = FLIGHT_DB
+            ) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+    client = flight.FlightClient(uri)
+    name, value = client.authenticate_basic_token(user, "pw")
+    return client, flight.FlightCallOptions(headers=[(name, value),
+                                                     (b"database", database.encode())])
+
+
+def _executions(base_url: str) -> int:
+    return requests.get(f"{base_url}/api/v3/cache", timeout=10).json()["executions"]
+
+
+def test_flight_answers_come_from_the_result_cache_per_caller(quiver_url: str,
+                                                              quiver_flight_uri: str) -> None:
+    database = "flight_cache"
+    assert write_lp(quiver_url, database, "m,host=a v=1 1000000000\n").status_code == 204
+    alice, alice_options = _client(quiver_flight_uri, "alice", database)
+    descriptor = flight.FlightDescriptor.for_command(
+        statement_command("SELECT host, v FROM m ORDER BY host"))
+
+    def fetch(client: flight.FlightClient, options: flight.FlightCallOptions) -> list[dict]:
+        info = client.get_flight_info(descriptor, options)
+        return client.do_get(info.endpoints[0].ticket, options).read_all().to_pylist()
+
+    before = _executions(quiver_url)
+    assert fetch(alice, alice_options) == [{"host": "a", "v": 1.0}]
+    assert fetch(alice, alice_options) == [{"host": "a", "v": 1.0}]
+    assert _executions(quiver_url) == before + 1, "the repeat is a hit"
+    # Another caller never shares alice's entry.
+    bob, bob_options = _client(quiver_flight_uri, "bob", database)
+    assert fetch(bob, bob_options) == [{"host": "a", "v": 1.0}]
+    assert _executions(quiver_url) == before + 2
+    # A write makes the cached answers unreachable: the next fetch sees it.
+    assert write_lp(quiver_url, database, "m,host=b v=2 1000000000\n").status_code == 204
+    assert fetch(alice, alice_options) == [{"host": "a", "v": 1.0}, {"host": "b", "v": 2.0}]
+    assert _executions(quiver_url) == before + 3
+
+
+def test_flight_info_schemas_and_schema_changes(quiver_url: str, quiver_flight_uri: str) -> None:
+    database = "flight_schema"
+    assert write_lp(quiver_url, database, "m,host=a v=1 1000000000\n").status_code == 204
+    client, options = _client(quiver_flight_uri, "carol", database)
+    empty = flight.FlightDescriptor.for_command(
+        statement_command("SELECT host, v, time FROM m WHERE v > 100"))
+    info = client.get_flight_info(empty, options)
+    assert info.schema.names == ["host", "v", "time"]
+    assert info.schema.field("v").type == pa.float64()
+    table = client.do_get(info.endpoints[0].ticket, options).read_all()
+    assert table.num_rows == 0 and table.schema.names == ["host", "v", "time"]
+
+    # The table gains a column between GetFlightInfo and DoGet: `SELECT *` no longer has the
+    # announced schema, and DoGet says so instead of sending other columns.
+    star = flight.FlightDescriptor.for_command(statement_command("SELECT * FROM m"))
+    ticket = client.get_flight_info(star, options).endpoints[0].ticket
+    assert write_lp(quiver_url, database, "m,host=a v=1,w=2 2000000000\n").status_code == 204
+    with pytest.raises(pa.ArrowException, match="changed since GetFlightInfo"):
+        client.do_get(ticket, options).read_all()
+    fresh = client.get_flight_info(star, options)
+    assert "w" in fresh.schema.names
+    assert client.do_get(fresh.endpoints[0].ticket, options).read_all().num_rows == 2
+
+
+def test_broken_requests_leave_other_sessions_working(loaded_quiver_url: str,  # noqa: F811
+                                                      quiver_flight_uri: str) -> None:
+    bystander, bystander_options = _client(quiver_flight_uri, "dave", DB)
+    count = flight.FlightDescriptor.for_command(
+        statement_command("SELECT count(*) AS n FROM cpu"))
+
+    def bystander_count() -> int:
+        info = bystander.get_flight_info(count, bystander_options)
+        return bystander.do_get(info.endpoints[0].ticket, bystander_options).read_all()[0][0].as_py()
+
+    expected = bystander_count()
+    client, options = _client(quiver_flight_uri, "eve", DB)
+    # A command that is not valid protobuf, and an unknown command type.
+    for command in (b"\xff\xff\xff garbage", _field(1, b"type.googleapis.com/nope") + _field(2, b"")):
+        with pytest.raises((flight.FlightError, pa.ArrowException)):
+            client.get_flight_info(flight.FlightDescriptor.for_command(command), options)
+    # A prepared statement handle this server never issued.
+    prepared = _field(1, b"type.googleapis.com/arrow.flight.protocol.sql."
+                         b"CommandPreparedStatementQuery") + _field(2, _field(1, b"0" * 32))
+    with pytest.raises(pa.ArrowException, match="(?i)unknown prepared statement"):
+        client.get_flight_info(flight.FlightDescriptor.for_command(prepared), options)
+    # A client that goes away in the middle of a large result.
+    wide = flight.FlightDescriptor.for_command(statement_command(
+        "SELECT * FROM cpu a CROSS JOIN (SELECT 1 AS k FROM cpu LIMIT 50) b"))
+    info = client.get_flight_info(wide, options)
+    reader = client.do_get(info.endpoints[0].ticket, options)
+    reader.read_chunk()
+    client.close()
+    assert bystander_count() == expected
+    assert _client(quiver_flight_uri, "eve", DB)[0] is not None
 
 
 # --------------------------------------------------------------------------

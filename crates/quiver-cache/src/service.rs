@@ -94,6 +94,12 @@ impl CachedAnswer {
     }
 }
 
+/// How a query is answered: past the cache, or under a key (with the options to run it).
+enum Lookup {
+    Bypass(ExecuteOptions),
+    Keyed(CacheKey, ExecuteOptions),
+}
+
 #[derive(Clone)]
 enum FlightFailure {
     Query(Arc<QueryError>),
@@ -177,23 +183,39 @@ impl QueryService {
         answer
     }
 
-    async fn answer(
-        self: &Arc<Self>,
-        analysis: Arc<QueryAnalysis>,
+    /// The answer for the current table versions, if the cache holds one, without running
+    /// anything or counting a hit or miss: what a protocol that announces a result's schema
+    /// before fetching it (Flight SQL's `GetFlightInfo`) uses instead of planning the query.
+    pub fn peek(&self, request: &QueryRequest) -> Option<CachedAnswer> {
+        let analysis = self.analysis(&request.database, &request.sql).ok()?;
+        match self.plan(&analysis, &request.params, &request.scope, request.no_cache) {
+            Lookup::Keyed(key, _) => {
+                let result = self.entries.get(&key)?;
+                Some(CachedAnswer { key, result })
+            }
+            Lookup::Bypass(_) => None,
+        }
+    }
+
+    /// How `analysis` with `params` is answered for `scope`: past the cache, or under a key
+    /// naming the current versions of the tables it reads.
+    fn plan(
+        &self,
+        analysis: &QueryAnalysis,
         params: &QueryParams,
         scope: &str,
         no_cache: bool,
-    ) -> Result<Answer, Arc<QueryError>> {
+    ) -> Lookup {
         let mut options = ExecuteOptions {
             params: params.clone(),
             now: None,
         };
         if !self.config.enabled || no_cache {
-            return self.bypass(&analysis, &options).await;
+            return Lookup::Bypass(options);
         }
         let clock_bucket = match (&analysis.cacheability, self.config.clock_granularity) {
             (Cacheability::Never(_), _) | (Cacheability::ClockDependent, None) => {
-                return self.bypass(&analysis, &options).await
+                return Lookup::Bypass(options)
             }
             (Cacheability::Deterministic, _) => None,
             (Cacheability::ClockDependent, Some(granularity)) => {
@@ -204,7 +226,7 @@ impl QueryService {
         };
         let Some(versions) = self.versions(&analysis.tables) else {
             // A table is gone or was never there: let the engine say so.
-            return self.bypass(&analysis, &options).await;
+            return Lookup::Bypass(options);
         };
         let key = CacheKey::new(KeySpec {
             canonical: &analysis.canonical,
@@ -215,6 +237,20 @@ impl QueryService {
             clock_bucket,
             versions,
         });
+        Lookup::Keyed(key, options)
+    }
+
+    async fn answer(
+        self: &Arc<Self>,
+        analysis: Arc<QueryAnalysis>,
+        params: &QueryParams,
+        scope: &str,
+        no_cache: bool,
+    ) -> Result<Answer, Arc<QueryError>> {
+        let (key, options) = match self.plan(&analysis, params, scope, no_cache) {
+            Lookup::Bypass(options) => return self.bypass(&analysis, &options).await,
+            Lookup::Keyed(key, options) => (key, options),
+        };
         if let Some(result) = self.entries.get(&key) {
             Counters::bump(&self.counters.hits);
             return Ok(Answer {

@@ -7,13 +7,16 @@
 //!   refused; a request presenting none is anonymous.
 //! - The database comes from the `database` gRPC header (InfluxDB 3's convention) or
 //!   `bucket-name`.
-//! - Statements: `GetFlightInfo` plans the statement (so the schema is right even for empty
-//!   results) and returns a ticket that carries the statement, not its result: nothing is held
-//!   for tickets that are never fetched, and `DoGet` answers through the result cache (so the
-//!   answer reflects every write acknowledged before the fetch).
+//! - Statements: `GetFlightInfo` takes the schema from the cached answer, or else plans the
+//!   statement (so the schema is right even for empty results), and returns a ticket that
+//!   carries the statement, not its result: nothing is held for tickets that are never
+//!   fetched, and `DoGet` answers through the result cache (so the answer reflects every write
+//!   acknowledged before the fetch; if the table's columns changed meanwhile so that the
+//!   answer no longer has the announced schema, `DoGet` fails with `FAILED_PRECONDITION`).
+//!   A cached answer keeps its encoded Flight data: a repeat sends ready bytes.
 //! - Prepared statements (what ADBC and JDBC use for parameters): created with their dataset
 //!   and parameter schemas, parameters bound by `DoPut` (one row), dropped on close or after an
-//!   hour unused.
+//!   hour unused; a handle works only for the caller that created it.
 //! - Bulk ingest (`CommandStatementIngest`, what ADBC's `adbc_ingest` sends): each Arrow batch
 //!   is converted to the data model (see `quiver_ingest::arrow_ingest`) and written through
 //!   the same WAL path as line protocol, acknowledged once durable. Batches are applied one by
@@ -46,12 +49,13 @@ use arrow_flight::sql::{
     SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
-    IpcMessage, SchemaAsIpc, Ticket,
+    Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
+    HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
 use base64::Engine;
 use datafusion::common::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
+use moka::policy::EvictionPolicy;
 use prost::Message;
 use quiver_cache::{AnswerBody, QueryRequest, QueryService};
 use quiver_ingest::arrow_ingest::table_from_arrow;
@@ -71,7 +75,10 @@ static SQL_INFO: LazyLock<SqlInfoData> = LazyLock::new(|| {
     builder.append(SqlInfo::FlightSqlServerName, "Quiver");
     builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
     builder.append(SqlInfo::FlightSqlServerArrowVersion, "1.3");
-    builder.append(SqlInfo::FlightSqlServerReadOnly, true);
+    // Queries are read-only, but bulk ingest writes.
+    builder.append(SqlInfo::FlightSqlServerReadOnly, false);
+    builder.append(SqlInfo::FlightSqlServerBulkIngestion, true);
+    builder.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, false);
     builder.append(SqlInfo::FlightSqlServerSql, true);
     builder.append(SqlInfo::FlightSqlServerSubstrait, false);
     builder.append(SqlInfo::FlightSqlServerTransaction, 0i32);
@@ -80,19 +87,26 @@ static SQL_INFO: LazyLock<SqlInfoData> = LazyLock::new(|| {
     builder.build().expect("static SQL info is valid")
 });
 
-/// A statement carried by a ticket: enough to run it again at fetch time.
+/// A statement carried by a ticket: enough to run it again at fetch time, and the schema
+/// its `FlightInfo` announced (a fingerprint), which the fetched answer must still have.
 #[derive(Debug, Serialize, Deserialize)]
 struct StatementTicket {
     database: String,
     sql: String,
+    schema: u64,
 }
 
-/// A prepared statement: its text, database and the parameters bound so far.
+/// A prepared statement: its text, database, the caller it belongs to and the parameters
+/// bound so far.
 struct Prepared {
     database: String,
     sql: String,
+    scope: String,
     params: parking_lot::Mutex<QueryParams>,
 }
+
+/// The name under which a cached answer keeps its Flight data (see [`frames`]).
+const FLIGHT_ENCODING: &str = "flight";
 
 /// The Flight SQL service.
 pub struct QuiverFlightSql {
@@ -111,12 +125,16 @@ impl QuiverFlightSql {
         QuiverFlightSql {
             store,
             queries,
+            // LRU, not TinyLFU: a new token or handle must always be admitted (the least
+            // recently used one makes room).
             sessions: moka::sync::Cache::builder()
                 .max_capacity(100_000)
+                .eviction_policy(EvictionPolicy::lru())
                 .time_to_idle(Duration::from_secs(24 * 3600))
                 .build(),
             prepared: moka::sync::Cache::builder()
                 .max_capacity(100_000)
+                .eviction_policy(EvictionPolicy::lru())
                 .time_to_idle(PREPARED_IDLE)
                 .build(),
             handle_keys: RandomState::new(),
@@ -151,6 +169,15 @@ impl QuiverFlightSql {
             .ok_or_else(|| Status::unauthenticated("unknown or expired bearer token"))
     }
 
+    /// The schema `request`'s answer will have: the cached answer's, or else the plan's.
+    async fn result_schema(&self, request: &QueryRequest) -> Result<SchemaRef, Status> {
+        match self.queries.peek(request) {
+            Some(cached) => Ok(cached.result().schema().clone()),
+            None => Ok(self.describe(&request.database, &request.sql).await?.0),
+        }
+    }
+
+    /// The result and parameter schemas of `sql`, from its plan.
     async fn describe(&self, database: &str, sql: &str) -> Result<(SchemaRef, SchemaRef), Status> {
         let engine = self.queries.engine();
         let analysis = engine
@@ -172,36 +199,91 @@ impl QuiverFlightSql {
         Ok((description.schema, Arc::new(parameters)))
     }
 
-    /// Runs a statement through the result cache and streams the answer as Flight data.
+    /// Runs a statement through the result cache and streams the answer as Flight data. A
+    /// whole (cached) answer is encoded once and its Flight data kept with it, so a hit
+    /// sends ready bytes. `announced` is the schema fingerprint a `FlightInfo` promised.
     async fn answer(
         &self,
         request: QueryRequest,
+        announced: Option<u64>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let answer = self
             .queries
             .query(&request)
             .await
             .map_err(|e| query_status(&e))?;
-        let (schema, batches): (SchemaRef, BatchStream) = match answer.body {
+        let schema = match &answer.body {
+            AnswerBody::Cached(cached) => cached.result().schema().clone(),
+            AnswerBody::Streamed(output) => output.schema.clone(),
+        };
+        if announced.is_some_and(|announced| announced != schema_fingerprint(&schema)) {
+            return Err(Status::failed_precondition(
+                "the result's columns changed since GetFlightInfo (the table's schema changed): \
+                 execute the statement again",
+            ));
+        }
+        match answer.body {
             AnswerBody::Cached(cached) => {
-                let result = cached.result().clone();
+                if let Some(ready) = self.queries.encoding(&cached, FLIGHT_ENCODING) {
+                    return Ok(Response::new(frames(ready)?));
+                }
                 let batches: Vec<Result<RecordBatch, FlightError>> =
-                    result.batches().iter().cloned().map(Ok).collect();
-                (
-                    result.schema().clone(),
-                    futures::stream::iter(batches).boxed(),
-                )
+                    cached.result().batches().iter().cloned().map(Ok).collect();
+                let encoded: Vec<FlightData> =
+                    encode(schema, futures::stream::iter(batches).boxed())
+                        .try_collect()
+                        .await?;
+                self.queries
+                    .keep_encoding(&cached, FLIGHT_ENCODING, framed(&encoded));
+                Ok(Response::new(
+                    futures::stream::iter(encoded.into_iter().map(Ok)).boxed(),
+                ))
             }
-            AnswerBody::Streamed(output) => (
-                output.schema,
+            AnswerBody::Streamed(output) => Ok(Response::new(encode(
+                schema,
                 output
                     .stream
                     .map_err(|e| FlightError::ExternalError(Box::new(e)))
                     .boxed(),
-            ),
-        };
-        Ok(Response::new(encode(schema, batches)))
+            ))),
+        }
     }
+}
+
+/// Flight data messages as one buffer: each length-delimited protobuf.
+fn framed(messages: &[FlightData]) -> bytes::Bytes {
+    let size: usize = messages.iter().map(|m| m.encoded_len() + 10).sum();
+    let mut buffer = bytes::BytesMut::with_capacity(size);
+    for message in messages {
+        message
+            .encode_length_delimited(&mut buffer)
+            .expect("the buffer grows as needed");
+    }
+    buffer.freeze()
+}
+
+/// The messages [`framed`] wrote, as a `DoGet` stream sharing `buffer` (no copy of the data).
+fn frames(
+    mut buffer: bytes::Bytes,
+) -> Result<<QuiverFlightSql as FlightService>::DoGetStream, Status> {
+    let mut messages = Vec::new();
+    while !buffer.is_empty() {
+        let message = FlightData::decode_length_delimited(&mut buffer)
+            .map_err(|e| Status::internal(format!("cached Flight data is corrupt: {e}")))?;
+        messages.push(Ok(message));
+    }
+    Ok(futures::stream::iter(messages).boxed())
+}
+
+/// A fingerprint of `schema`'s column names and types (stable within one server process).
+fn schema_fingerprint(schema: &Schema) -> u64 {
+    static KEYS: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    let columns: Vec<(&str, String)> = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().as_str(), f.data_type().to_string()))
+        .collect();
+    KEYS.hash_one(columns)
 }
 
 type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
@@ -362,12 +444,18 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
-        let database = database_of(request.metadata())?;
-        let (schema, _) = self.describe(&database, &query.query).await?;
-        let ticket = StatementTicket {
-            database,
+        let scope = self.scope(request.metadata())?;
+        let statement = QueryRequest {
+            database: database_of(request.metadata())?,
             sql: query.query,
+            scope,
+            ..QueryRequest::default()
+        };
+        let schema = self.result_schema(&statement).await?;
+        let ticket = StatementTicket {
+            schema: schema_fingerprint(&schema),
+            database: statement.database,
+            sql: statement.sql,
         };
         let handle = serde_json::to_vec(&ticket).expect("ticket serializes");
         let ticket = TicketStatementQuery {
@@ -384,13 +472,13 @@ impl FlightSqlService for QuiverFlightSql {
         let scope = self.scope(request.metadata())?;
         let statement: StatementTicket = serde_json::from_slice(&ticket.statement_handle)
             .map_err(|_| Status::invalid_argument("not a ticket this server issued"))?;
-        self.answer(QueryRequest {
+        let request = QueryRequest {
             database: statement.database,
             sql: statement.sql,
             scope,
             ..QueryRequest::default()
-        })
-        .await
+        };
+        self.answer(request, Some(statement.schema)).await
     }
 
     async fn do_action_create_prepared_statement(
@@ -398,7 +486,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        self.scope(request.metadata())?;
+        let scope = self.scope(request.metadata())?;
         let database = database_of(request.metadata())?;
         let (schema, parameters) = self.describe(&database, &query.query).await?;
         let handle = self.new_handle();
@@ -407,6 +495,7 @@ impl FlightSqlService for QuiverFlightSql {
             Arc::new(Prepared {
                 database,
                 sql: query.query,
+                scope,
                 params: parking_lot::Mutex::new(QueryParams::None),
             }),
         );
@@ -420,8 +509,10 @@ impl FlightSqlService for QuiverFlightSql {
     async fn do_action_close_prepared_statement(
         &self,
         query: ActionClosePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<(), Status> {
+        let scope = self.scope(request.metadata())?;
+        self.prepared_statement(&query.prepared_statement_handle, &scope)?;
         let handle = String::from_utf8_lossy(&query.prepared_statement_handle);
         self.prepared.invalidate(handle.as_ref());
         Ok(())
@@ -432,7 +523,8 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let prepared = self.prepared_statement(&query.prepared_statement_handle)?;
+        let scope = self.scope(request.metadata())?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
         let data = request
             .into_inner()
             .into_peekable()
@@ -456,9 +548,9 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
-        let prepared = self.prepared_statement(&query.prepared_statement_handle)?;
-        let (schema, _) = self.describe(&prepared.database, &prepared.sql).await?;
+        let scope = self.scope(request.metadata())?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        let schema = self.result_schema(&prepared.request()).await?;
         flight_info(&schema, &query, request)
     }
 
@@ -468,16 +560,8 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let scope = self.scope(request.metadata())?;
-        let prepared = self.prepared_statement(&query.prepared_statement_handle)?;
-        let params = prepared.params.lock().clone();
-        self.answer(QueryRequest {
-            database: prepared.database.clone(),
-            sql: prepared.sql.clone(),
-            params,
-            scope,
-            no_cache: false,
-        })
-        .await
+        let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        self.answer(prepared.request(), None).await
     }
 
     async fn do_put_statement_ingest(
@@ -701,12 +785,29 @@ fn check_ingest_target(
 }
 
 impl QuiverFlightSql {
-    fn prepared_statement(&self, handle: &[u8]) -> Result<Arc<Prepared>, Status> {
+    /// The prepared statement `handle` names, if the caller in `scope` created it.
+    fn prepared_statement(&self, handle: &[u8], scope: &str) -> Result<Arc<Prepared>, Status> {
         let handle = std::str::from_utf8(handle)
             .map_err(|_| Status::invalid_argument("not a prepared statement handle"))?;
-        self.prepared.get(handle).ok_or_else(|| {
-            Status::not_found("unknown prepared statement (closed, or unused for an hour)")
-        })
+        self.prepared
+            .get(handle)
+            .filter(|prepared| prepared.scope == scope)
+            .ok_or_else(|| {
+                Status::not_found("unknown prepared statement (closed, or unused for an hour)")
+            })
+    }
+}
+
+impl Prepared {
+    /// The statement with the parameters bound now, as its creator's request.
+    fn request(&self) -> QueryRequest {
+        QueryRequest {
+            database: self.database.clone(),
+            sql: self.sql.clone(),
+            params: self.params.lock().clone(),
+            scope: self.scope.clone(),
+            no_cache: false,
+        }
     }
 }
 
