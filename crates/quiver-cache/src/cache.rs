@@ -99,6 +99,10 @@ impl Entries {
             }
         }
         self.cache.insert(key.clone(), entry.clone());
+        // moka applies writes (and the evictions they call for) in batches: settle now, so
+        // the bytes held exceed the capacity by at most what concurrent inserts add, never by
+        // a batch of unsettled inserts of up to `max_entry_bytes` each. A miss costs far more.
+        self.cache.run_pending_tasks();
         if !up_to_date() {
             self.cache.invalidate(key);
             return false;
@@ -225,5 +229,97 @@ impl Expiry<CacheKey, Arc<CachedResult>> for EntryExpiry {
         _duration_until_expiry: Option<Duration>,
     ) -> Option<Duration> {
         Some(self.remaining(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+
+    use super::*;
+    use crate::key::KeySpec;
+
+    /// An answer of `rows` 8-byte values.
+    fn answer(rows: usize) -> Arc<CachedResult> {
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+        let batch = RecordBatch::try_from_iter([("v", values)]).unwrap();
+        Arc::new(CachedResult::new(batch.schema(), vec![batch]))
+    }
+
+    fn key(n: usize) -> CacheKey {
+        CacheKey::new(KeySpec {
+            canonical: &format!("select {n}"),
+            database: "db",
+            params: String::new(),
+            settings: "",
+            scope: "",
+            clock_bucket: None,
+            versions: vec![(
+                ScannedTable {
+                    database: "db".into(),
+                    table: "t".into(),
+                },
+                1,
+            )],
+        })
+    }
+
+    /// What the entries present right now weigh, settled or not.
+    fn held(entries: &Entries) -> u64 {
+        entries
+            .cache
+            .iter()
+            .map(|(k, v)| (k.size() + v.size()) as u64)
+            .sum()
+    }
+
+    #[test]
+    fn concurrent_inserts_never_hold_more_than_the_capacity_plus_one_entry_per_inserter() {
+        let entry_bytes = answer(8_000).size() + key(0).size();
+        let capacity = 40 * entry_bytes as u64;
+        let threads = 8;
+        let entries = Arc::new(Entries::new(
+            &CacheConfig {
+                capacity_bytes: capacity,
+                max_entry_bytes: 2 * entry_bytes as u64,
+                ttl: Duration::from_secs(3600),
+                idle: Duration::from_secs(3600),
+                ..CacheConfig::default()
+            },
+            Arc::default(),
+        ));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let entries = entries.clone();
+                std::thread::spawn(move || {
+                    let mut most = 0;
+                    for i in 0..400 {
+                        entries.admit(&key(t * 1000 + i), &answer(8_000), |_| Some(1));
+                        most = most.max(held(&entries));
+                    }
+                    most
+                })
+            })
+            .collect();
+        let most = workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .max()
+            .unwrap();
+        // Each inserter may have one insert that no maintenance has settled yet.
+        let slack = threads as u64 * entry_bytes as u64;
+        assert!(
+            most <= capacity + slack,
+            "held {most} bytes; capacity {capacity} + {slack} for concurrent inserts"
+        );
+        assert!(
+            most > capacity / 2,
+            "the inserts never filled the cache: {most}"
+        );
+        entries.cache.run_pending_tasks();
+        assert!(held(&entries) <= capacity);
     }
 }

@@ -1,6 +1,7 @@
 //! The result cache against a real store and engine: verdicts, eager removal of old versions,
 //! keys that keep literals, quoted identifiers, parameters and scopes apart, volatile
-//! functions, the byte bound, the entry limit, expiry and single-flight.
+//! functions, the byte bound, the entry limit, expiry, single-flight, and a query that a write
+//! overtakes.
 
 mod common;
 
@@ -358,4 +359,87 @@ async fn a_small_answer_sliced_from_large_buffers_is_stored_compact() {
     assert_eq!(stats.entries, 1);
     // 5 rows of 4 columns, not the 50,000-row buffer chunk they were sliced from (~1.6 MB)
     assert!(stats.bytes < 32 << 10, "{stats:?}");
+}
+
+/// `gate(x)`: returns `x`, but the first call waits until the test opens the gate, so a query
+/// can be held in the middle of its execution (after its scan read the table).
+#[derive(Debug, Default)]
+struct Gate {
+    entered: std::sync::atomic::AtomicBool,
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    fn pass(&self) {
+        self.entered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct GateFunction(Arc<Gate>);
+
+impl quiver_query::SessionSetup for GateFunction {
+    fn setup(
+        &self,
+        ctx: &datafusion::prelude::SessionContext,
+        _database: &str,
+    ) -> Result<(), datafusion::error::DataFusionError> {
+        use datafusion::arrow::datatypes::DataType;
+        use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+        let gate = self.0.clone();
+        // Immutable, so that the query stays cacheable.
+        ctx.register_udf(create_udf(
+            "gate",
+            vec![DataType::Float64],
+            DataType::Float64,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                gate.pass();
+                Ok(args[0].clone())
+            }),
+        ));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_query_overtaken_by_a_write_is_answered_but_not_stored() {
+    let gate = Arc::new(Gate::default());
+    let f = Arc::new(Fixture::with_setup(
+        config(),
+        vec![Arc::new(GateFunction(gate.clone()))],
+    ));
+    f.write("cpu,host=a v=1 1\ncpu,host=b v=2 2\n").await;
+    const HELD: &str = "SELECT sum(gate(v)) AS total FROM cpu";
+    let running = tokio::spawn({
+        let f = f.clone();
+        async move { f.cached(HELD, "").await }
+    });
+    while !gate.entered.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The query has read the table and is computing: a write is acknowledged meanwhile.
+    f.write("cpu,host=c v=4 3\n").await;
+    gate.open();
+    let (verdict, rows) = running.await.unwrap();
+    assert_eq!(verdict, Verdict::Miss);
+    assert_eq!(rows[1], "3.0", "the held query answers from what it read");
+    let stats = f.service.stats();
+    assert_eq!(stats.not_stored_changed, 1, "{stats:?}");
+    assert_eq!(stats.entries, 0, "{stats:?}");
+    // The next run sees the write, and is stored under the new version.
+    let (verdict, rows) = f.cached(HELD, "").await;
+    assert_eq!((verdict, rows[1].as_str()), (Verdict::Miss, "7.0"));
+    assert_eq!(f.cached(HELD, "").await.0, Verdict::Hit);
 }

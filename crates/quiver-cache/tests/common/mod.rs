@@ -14,7 +14,7 @@ use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict}
 use quiver_ingest::line_protocol::{
     decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
 };
-use quiver_query::{QueryEngine, QueryOptions, QueryParams};
+use quiver_query::{QueryEngine, QueryOptions, QueryParams, SessionSetup};
 use quiver_storage::{
     Durability, PersistOptions, Recovery, Store, StoreLimits, StoreOptions, WalOptions,
 };
@@ -61,6 +61,11 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new(config: CacheConfig) -> Fixture {
+        Fixture::with_setup(config, Vec::new())
+    }
+
+    /// A fixture whose SQL sessions are extended by `session_setup` (extra functions).
+    pub fn with_setup(config: CacheConfig, session_setup: Vec<Arc<dyn SessionSetup>>) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let options = StoreOptions {
             data_dir: dir.path().to_path_buf(),
@@ -84,6 +89,7 @@ impl Fixture {
                 store.clone(),
                 QueryOptions {
                     target_partitions: 2,
+                    session_setup,
                     ..QueryOptions::default()
                 },
             )
