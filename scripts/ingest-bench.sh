@@ -2,9 +2,13 @@
 # Ingest benchmark (BENCHMARKS.md, "Ingest by format"): the same metrics rows over HTTP as
 # line protocol, MessagePack columnar, MessagePack row and Arrow IPC, in one run on this machine:
 #   - the disk's own sequential fsync'd write speed (dd oflag=dsync, same file system as the WAL);
-#   - per format, a fresh release server: quiver-loadgen with CONNS connections x ROWS-row
-#     batches for SECONDS s (rows/s, and the in-process one-core decode baseline), the WAL bytes
-#     written per second and per row over the run;
+#   - per format, a fresh release server with default settings: quiver-loadgen with CONNS
+#     connections x ROWS-row batches for SECONDS s (rows/s, and the in-process one-core decode
+#     baseline), the WAL bytes written per second and per row over the run. The load cycles
+#     through 512 distinct batches (2.56 M distinct points at the defaults), so the background
+#     persister writes mostly new rows rather than deduplicating repeats: sustained ingest;
+#   - per format, the request path alone (decode, WAL fsync, buffer) for 4 s, with persisting
+#     held off (a 10 GB buffer): what ingest costs before Parquet persistence;
 #   - per format, one request of BIG rows to a fresh server: the server's peak RSS growth
 #     (VmHWM after - before) next to the rows' size as Arrow arrays.
 #
@@ -17,7 +21,7 @@ ROWS=${2:-5000}
 SECONDS_=${3:-10}
 BIG=${4:-150000}
 NO_SYNC=${5:-}
-BIN=./target/release
+BIN=${CARGO_TARGET_DIR:-./target}/release
 ADDR=127.0.0.1:18099
 URL=http://$ADDR
 work=$(mktemp -d)
@@ -27,7 +31,7 @@ trap cleanup EXIT
 
 start_server() {
     rm -rf "$work/data"
-    QUIVER_LOG_FILTER=warn $BIN/quiver serve --data-dir "$work/data" --http-addr $ADDR \
+    env "$@" QUIVER_LOG_FILTER=warn $BIN/quiver serve --data-dir "$work/data" --http-addr $ADDR \
         --flight-addr 127.0.0.1:18098 --pg-addr 127.0.0.1:18097 2>>"$work/server.log" &
     pid=$!
     for _ in $(seq 100); do curl -sf $URL/health >/dev/null && return; sleep 0.1; done
@@ -47,12 +51,20 @@ for format in lp msgpack msgpack-row arrow; do
     read -r b0 r0 < <(wal)
     t0=$(date +%s.%N)
     $BIN/quiver-loadgen --url $URL --db bench --format "$format" --connections "$CONNS" \
-        --batch-lines "$ROWS" --hosts 1000 --seconds "$SECONDS_" $NO_SYNC
+        --batch-lines "$ROWS" --batches 512 --hosts 1000 --seconds "$SECONDS_" $NO_SYNC
     t1=$(date +%s.%N)
     read -r b1 r1 < <(wal)
     python3 -c "
 b, r, s = $b1 - $b0, $r1 - $r0, $t1 - $t0
 print(f'WAL: {b/s/1e6:.1f} MB/s over the run ({b} bytes, {r} records), {b/max(r,1)/$ROWS:.0f} bytes/row')"
+    stop_server
+done
+
+for format in lp msgpack msgpack-row arrow; do
+    echo "== $format, request path alone (persisting held off): $CONNS connections x $ROWS-row batches, 4s"
+    start_server QUIVER_PERSIST_BUFFER_BYTES=10000000000 QUIVER_MAX_BUFFER_BYTES=12000000000
+    $BIN/quiver-loadgen --url $URL --db bench --format "$format" --connections "$CONNS" \
+        --batch-lines "$ROWS" --batches 512 --hosts 1000 --seconds 4 $NO_SYNC | tail -1
     stop_server
 done
 

@@ -24,6 +24,8 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
+# Release binaries: $CARGO_TARGET_DIR/release, else target/release.
+RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 ADDR = "127.0.0.1:18089"
 URL = f"http://{ADDR}"
 DB = "bench"
@@ -57,7 +59,7 @@ def main() -> None:
                    QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
                    QUIVER_LOG_FILTER="warn")
         server = subprocess.Popen(
-            [ROOT / "target/release/quiver", "serve", "--data-dir", f"{tmp}/data",
+            [RELEASE / "quiver", "serve", "--data-dir", f"{tmp}/data",
              "--http-addr", ADDR], env=env)
         try:
             for _ in range(100):
@@ -67,7 +69,7 @@ def main() -> None:
                 except requests.ConnectionError:
                     time.sleep(0.1)
             subprocess.run(
-                [ROOT / "target/release/quiver-loadgen", "--url", URL, "--db", DB,
+                [RELEASE / "quiver-loadgen", "--url", URL, "--db", DB,
                  "--connections", "4", "--batch-lines", "5000", "--batches", "200",
                  "--hosts", "1000", "--seconds", str(args.seconds)],
                 check=True, stdout=subprocess.DEVNULL)

@@ -32,6 +32,8 @@ import pyarrow as pa
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
+# Release binaries: $CARGO_TARGET_DIR/release, else target/release.
+RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 HTTP = "127.0.0.1:18090"
 FLIGHT = "127.0.0.1:18091"
 PG_PORT = 18092
@@ -141,7 +143,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, QUIVER_LOG_FILTER="warn")
         server = subprocess.Popen(
-            [ROOT / "target/release/quiver", "serve", "--data-dir", f"{tmp}/data",
+            [RELEASE / "quiver", "serve", "--data-dir", f"{tmp}/data",
              "--http-addr", HTTP, "--flight-addr", FLIGHT, "--pg-addr", f"127.0.0.1:{PG_PORT}"],
             env=env)
         try:

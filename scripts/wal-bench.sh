@@ -6,9 +6,9 @@
 set -u
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d); log=$dir/log
-./target/release/quiver serve --data-dir $dir/data --http-addr 127.0.0.1:18088 2> $log &
+${CARGO_TARGET_DIR:-./target}/release/quiver serve --data-dir $dir/data --http-addr 127.0.0.1:18088 2> $log &
 pid=$!; sleep 1
-./target/release/quiver-loadgen --url http://127.0.0.1:18088 --connections $1 --batch-lines $2 --hosts 100 --seconds 5 ${3:-} | tail -1
+${CARGO_TARGET_DIR:-./target}/release/quiver-loadgen --url http://127.0.0.1:18088 --connections $1 --batch-lines $2 --hosts 100 --seconds 5 ${3:-} | tail -1
 kill -TERM $pid; wait $pid
 grep "WAL totals" $log | sed 's/.*INFO//'
 rm -rf $dir
