@@ -4,8 +4,8 @@
 //!
 //! - `decode/line_protocol`: `decode_line_protocol`;
 //! - `decode/msgpack_columnar` and `decode/msgpack_row`: `decode_msgpack` (Arc's formats);
-//! - `decode/arrow_ipc`: reading the IPC stream and `table_from_arrow` (checking and
-//!   widening to the data model).
+//! - `decode/arrow_ipc`: `decode_ipc_stream` (checking the framing, reading the IPC stream
+//!   zero-copy, checking and widening to the data model).
 //!
 //! Run: `cargo bench -p quiver-bench --bench ingest_formats`
 
@@ -27,7 +27,7 @@ fn bench(c: &mut Criterion) {
         WriteFormat::MsgpackRow,
         WriteFormat::Arrow,
     ] {
-        let body = encode(&batch, format, HOSTS, 42);
+        let body = bytes::Bytes::from(encode(&batch, format, HOSTS, 42));
         eprintln!(
             "{format}: {} bytes ({:.1} bytes/row)",
             body.len(),

@@ -9,7 +9,7 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, TimestampNanosecondType};
 use arrow::ipc::writer::StreamWriter;
-use quiver_ingest::arrow_ingest::table_from_arrow;
+use quiver_ingest::arrow_ipc::decode_ipc_stream;
 use quiver_ingest::line_protocol::{
     decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
 };
@@ -75,8 +75,9 @@ pub fn encode(batch: &RecordBatch, format: WriteFormat, hosts: usize, seed: u64)
 }
 
 /// Decodes one body of `format` into data-model tables as the server does (panicking on
-/// invalid input); returns the rows.
-pub fn decode_rows(body: &[u8], format: WriteFormat) -> usize {
+/// invalid input; an Arrow body is shared, not copied, as the server shares it); returns the
+/// rows.
+pub fn decode_rows(body: &bytes::Bytes, format: WriteFormat) -> usize {
     match format {
         WriteFormat::Lp => {
             let options = DecodeOptions {
@@ -93,16 +94,13 @@ pub fn decode_rows(body: &[u8], format: WriteFormat) -> usize {
             let tables = decode_msgpack(body, &options, &NoExistingTables).expect("valid");
             tables.iter().map(|t| t.batch.num_rows()).sum()
         }
-        WriteFormat::Arrow => arrow::ipc::reader::StreamReader::try_new(body, None)
-            .expect("stream")
-            .map(|batch| {
-                let batch = batch.expect("batch");
-                table_from_arrow("cpu", &batch)
-                    .expect("data model")
-                    .batch
-                    .num_rows()
-            })
-            .sum(),
+        WriteFormat::Arrow => {
+            decode_ipc_stream("cpu", arrow::buffer::Buffer::from(body.clone()), usize::MAX)
+                .expect("a valid stream in the data model")
+                .iter()
+                .map(|t| t.batch.num_rows())
+                .sum()
+        }
     }
 }
 
@@ -204,6 +202,8 @@ fn msgpack_rows(batch: &RecordBatch) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use quiver_ingest::arrow_ingest::table_from_arrow;
+
     use super::*;
 
     #[test]

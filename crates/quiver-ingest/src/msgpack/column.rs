@@ -1,7 +1,9 @@
 //! One column being decoded, typed by the values it receives (MessagePack says "integer" or
 //! "float", not which field type a table wants): integers are `Int64`, unsigned integers above
-//! `i64::MAX` make it `UInt64`, a float makes it `Float64`; strings and booleans are their own
-//! types. A promotion converts the values appended so far, once, and only where nothing is
+//! `i64::MAX` make it `UInt64`, a float makes it `Float64`; booleans are their own type, and
+//! strings are dictionary-encoded (`Dictionary(Int32, Utf8)`, the data model's tag type: most
+//! string columns of metrics are tags, which then need no conversion, and a repeated value is
+//! stored once; a string field is unpacked at the end). A promotion converts the values appended so far, once, and only where nothing is
 //! lost; anything else (a string among numbers, a negative number among values above
 //! `i64::MAX`, an integer a float cannot hold exactly) is an error naming the value.
 //!
@@ -10,17 +12,20 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayBuilder, ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    ArrayBuilder, ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringDictionaryBuilder,
     UInt64Builder,
 };
+use arrow::datatypes::Int32Type;
 
 use super::reader::Scalar;
+
+/// Distinct strings a string column makes room for up front (it grows past them as needed).
+const DISTINCT_HINT: usize = 1024;
 
 /// Largest integer magnitude a `f64` holds exactly (2^53).
 pub(crate) const MAX_EXACT_FLOAT_INT: u64 = 1 << 53;
 
 /// A column's values so far.
-#[derive(Debug)]
 pub(crate) enum Column {
     /// Only nils so far (no type yet), and how many values (and, for strings, bytes) to make
     /// room for once typed.
@@ -35,10 +40,16 @@ pub(crate) enum Column {
     UInt(UInt64Builder),
     /// Floats (and integers a float holds exactly).
     Float(Float64Builder),
-    /// Strings.
-    Str(StringBuilder),
+    /// Strings, dictionary-encoded.
+    Str(StringDictionaryBuilder<Int32Type>),
     /// Booleans.
     Bool(BooleanBuilder),
+}
+
+impl std::fmt::Debug for Column {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} column of {} values", self.kind(), self.len())
+    }
 }
 
 impl Default for Column {
@@ -80,6 +91,15 @@ impl Column {
         }
     }
 
+    /// The builder of a float column (for [`super::reader::Reader::float64_run`]).
+    #[inline]
+    pub(crate) fn floats(&mut self) -> Option<&mut Float64Builder> {
+        match self {
+            Column::Float(builder) => Some(builder),
+            _ => None,
+        }
+    }
+
     /// Appends a null.
     pub(crate) fn push_null(&mut self) {
         match self {
@@ -109,7 +129,10 @@ impl Column {
                 b.append_value(exact_float(v.unsigned_abs(), v as f64)?)
             }
             (Column::Float(b), Scalar::UInt(v)) => b.append_value(exact_float(v, v as f64)?),
-            (Column::Str(b), Scalar::Str(v)) => b.append_value(v),
+            (Column::Str(b), Scalar::Str(v)) => {
+                b.append(v)
+                    .map_err(|_| "more than 2^31 distinct strings in one column".to_string())?;
+            }
             (Column::Bool(b), Scalar::Bool(v)) => b.append_value(v),
             (
                 Column::Nulls {
@@ -230,9 +253,14 @@ fn typed(
         Scalar::Int(_) => Column::Int(Int64Builder::with_capacity(capacity)),
         Scalar::UInt(_) => Column::UInt(UInt64Builder::with_capacity(capacity)),
         Scalar::Float(_) => Column::Float(Float64Builder::with_capacity(capacity)),
-        Scalar::Str(s) => Column::Str(StringBuilder::with_capacity(
+        // Room for every key, and for a few distinct values (a dictionary holds each once).
+        Scalar::Str(s) => Column::Str(StringDictionaryBuilder::with_capacity(
             capacity,
-            capacity.saturating_mul(s.len()).min(max_bytes),
+            capacity.min(DISTINCT_HINT),
+            capacity
+                .min(DISTINCT_HINT)
+                .saturating_mul(s.len())
+                .min(max_bytes),
         )),
         Scalar::Bool(_) => Column::Bool(BooleanBuilder::with_capacity(capacity)),
         Scalar::Timestamp(_) => {

@@ -487,12 +487,20 @@ impl<'a> Decoder<'a> {
             }
             let left = self.reader.remaining();
             let mut column = Column::with_capacity(len.min(left), left);
-            for index in 0..len {
+            let mut index = 0;
+            while index < len {
+                if let Some(floats) = column.floats() {
+                    index += self.reader.float64_run(floats, len - index);
+                    if index == len {
+                        break;
+                    }
+                }
                 let at = self.reader.offset();
                 let value = self.scalar(|| format!("column {name:?} value {index}"))?;
                 column.push(value).map_err(|e| {
                     Reader::error_at(at, format!("column {name:?} value {index}: {e}"))
                 })?;
+                index += 1;
             }
             match columns.iter_mut().find(|(n, _)| *n == name) {
                 Some(existing) => existing.1 = column,
@@ -567,7 +575,11 @@ fn with_roles(
             let role = match tag_keys {
                 Some(keys) if keys.contains(&name) => Role::Tag,
                 Some(_) => Role::Field,
-                None if *array.data_type() == arrow::datatypes::DataType::Utf8 => {
+                None if matches!(
+                    array.data_type(),
+                    arrow::datatypes::DataType::Dictionary(..)
+                ) =>
+                {
                     Role::StringColumn
                 }
                 None => Role::Field,

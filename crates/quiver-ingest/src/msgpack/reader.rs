@@ -6,6 +6,7 @@
 //! loop bound, and every element consumes at least one byte, so a forged length ends in a
 //! "truncated" error after at most as many steps as there are bytes.
 
+use arrow::array::Float64Builder;
 use rmp::Marker;
 
 /// The deepest nesting [`Reader::skip`] walks through (a "nesting bomb" is an error, not a
@@ -95,6 +96,25 @@ impl<'a> Reader<'a> {
     /// Bytes left to read (an upper bound on the number of values left).
     pub(crate) fn remaining(&self) -> usize {
         self.data.len() - self.pos
+    }
+
+    /// Reads up to `max` consecutive float64 values (marker 0xcb) into `out`, stopping at
+    /// the first value of any other kind or at the end of the bytes; returns how many it read.
+    /// The fast path of a float column (MessagePack encoders write Python and Go floats so).
+    #[inline]
+    pub(crate) fn float64_run(&mut self, out: &mut Float64Builder, max: usize) -> usize {
+        let mut read = 0;
+        while read < max {
+            let Some(&[0xcb, b0, b1, b2, b3, b4, b5, b6, b7]) =
+                self.data.get(self.pos..self.pos + 9)
+            else {
+                break;
+            };
+            out.append_value(f64::from_be_bytes([b0, b1, b2, b3, b4, b5, b6, b7]));
+            self.pos += 9;
+            read += 1;
+        }
+        read
     }
 
     /// True once every byte was read.
@@ -222,6 +242,12 @@ impl<'a> Reader<'a> {
     #[inline]
     fn str_body(&mut self, n: usize, start: usize) -> Result<Scalar<'a>, ReadError> {
         let bytes = self.take(n, start)?;
+        // Names and tag values are short and nearly always ASCII: a word-at-a-time check
+        // inline instead of a call to the full validator.
+        if bytes.is_ascii() {
+            // SAFETY: ASCII bytes are valid UTF-8.
+            return Ok(Scalar::Str(unsafe { std::str::from_utf8_unchecked(bytes) }));
+        }
         std::str::from_utf8(bytes).map(Scalar::Str).map_err(|e| {
             Self::error_at(
                 start,

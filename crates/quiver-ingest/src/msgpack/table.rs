@@ -9,7 +9,7 @@
 //! is an error naming the table, column and record.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -115,14 +115,26 @@ struct Rows {
     time: Vec<i64>,
     records: Vec<usize>,
     columns: Vec<(String, RowColumn)>,
-    index: HashMap<String, usize>,
+    index: hashbrown::HashMap<String, usize>,
+    /// The column of each tag and field position of the previous row: rows of one series
+    /// usually name the same columns in the same order, so a name is checked against the
+    /// column found at its position last time before it is looked up.
+    previous: Vec<usize>,
 }
 
 impl Rows {
-    fn column(&mut self, name: &str, role: Role) -> Result<&mut RowColumn, String> {
+    /// The column named `name` (created if new), the `position`-th tag or field of its row.
+    fn column(
+        &mut self,
+        position: usize,
+        name: &str,
+        role: Role,
+    ) -> Result<&mut RowColumn, String> {
         let rows = self.time.len();
-        let index = match self.index.get(name) {
-            Some(&i) => i,
+        let guess = self.previous.get(position).copied();
+        let known = guess.filter(|&i| self.columns[i].0 == name);
+        let index = match known.or_else(|| self.index.get(name).copied()) {
+            Some(i) => i,
             None => {
                 let column = match role {
                     Role::Tag => {
@@ -137,6 +149,10 @@ impl Rows {
                 self.columns.len() - 1
             }
         };
+        match self.previous.get_mut(position) {
+            Some(slot) => *slot = index,
+            None => self.previous.push(index),
+        }
         let column = &mut self.columns[index].1;
         match (column, role) {
             (column @ RowColumn::Tag(_), Role::Tag) => Ok(column),
@@ -157,14 +173,14 @@ impl Rows {
         tags: &[(&str, Cow<'_, str>)],
         fields: &[(&str, Scalar<'_>)],
     ) -> Result<(), String> {
-        for (name, value) in tags {
-            match self.column(name, Role::Tag)? {
+        for (position, (name, value)) in tags.iter().enumerate() {
+            match self.column(position, name, Role::Tag)? {
                 RowColumn::Tag(tag) => tag.append_value(value.as_ref()),
                 RowColumn::Field(_) => unreachable!("column() checked the role"),
             }
         }
-        for (name, value) in fields {
-            match self.column(name, Role::Field)? {
+        for (position, (name, value)) in fields.iter().enumerate() {
+            match self.column(tags.len() + position, name, Role::Field)? {
                 RowColumn::Field(column) => column
                     .push(*value)
                     .map_err(|e| format!("field {name:?}: {e}"))?,
@@ -228,7 +244,7 @@ pub(crate) struct TableError {
 #[derive(Default)]
 pub(crate) struct Tables {
     parts: Vec<Parts>,
-    index: HashMap<String, usize>,
+    index: hashbrown::HashMap<String, usize>,
 }
 
 impl Tables {
@@ -452,16 +468,17 @@ fn convert(array: &ArrayRef, role: Role, target: ColumnType) -> Result<ArrayRef,
         )
     };
     let to = target.arrow_type();
-    if source == &to {
+    // A field's strings are dictionary-encoded like a tag's, but a field is no tag.
+    if source == &to && !(target == ColumnType::Tag && role == Role::Field) {
         return Ok(array.clone());
     }
     let converted = match (target, source) {
-        (ColumnType::Tag, DataType::Utf8) if role != Role::Field => cast(array, &to),
+        // Strings arrive dictionary-encoded (see `column`): a tag as it is (handled above).
         (ColumnType::Tag, _) if role == Role::Tag => {
             cast(array, &DataType::Utf8).and_then(|strings| cast(&strings, &to))
         }
-        (ColumnType::Field(FieldType::String), DataType::Utf8) if role != Role::Tag => {
-            Ok(array.clone())
+        (ColumnType::Field(FieldType::String), DataType::Dictionary(_, _)) if role != Role::Tag => {
+            cast(array, &DataType::Utf8)
         }
         (ColumnType::Field(FieldType::Float), DataType::Int64) => {
             check(
