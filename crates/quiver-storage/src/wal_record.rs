@@ -6,41 +6,56 @@
 //!   per table: u16 LE name length | table name | u32 LE IPC length | Arrow IPC stream
 //! ```
 
+use arrow::buffer::Buffer;
 use arrow::ipc::reader::StreamReader;
-use arrow::ipc::writer::StreamWriter;
+use arrow::ipc::writer::StreamEncoder;
 use quiver_ingest::line_protocol::DecodedTable;
+use quiver_wal::Payload;
 
 use crate::StorageError;
 
 const FORMAT: u8 = 1;
 
-/// Encodes one write.
-pub(crate) fn encode(database: &str, tables: &[DecodedTable]) -> Result<Vec<u8>, StorageError> {
-    let capacity: usize = tables
-        .iter()
-        .map(|t| crate::memory::data_bytes(&t.batch) + 512)
-        .sum();
-    let mut out = Vec::with_capacity(capacity + 64);
-    out.push(FORMAT);
-    put_name(&mut out, database)?;
-    out.extend_from_slice(&(tables.len() as u32).to_le_bytes());
+/// Encodes one write. The rows' Arrow buffers become parts of the payload as they are (the
+/// IPC stream encoder shares them), so logging a write copies no row data: the commit thread
+/// writes them straight to the file.
+pub(crate) fn encode(database: &str, tables: &[DecodedTable]) -> Result<Payload, StorageError> {
+    let mut payload = Payload::new();
+    let mut head = Vec::with_capacity(64);
+    head.push(FORMAT);
+    put_name(&mut head, database)?;
+    head.extend_from_slice(&(tables.len() as u32).to_le_bytes());
     for table in tables {
-        put_name(&mut out, &table.name)?;
-        let length_at = out.len();
-        out.extend_from_slice(&[0; 4]);
-        let mut writer = StreamWriter::try_new(&mut out, &table.batch.schema())?;
-        writer.write(&table.batch)?;
-        writer.finish()?;
-        drop(writer);
-        let length = u32::try_from(out.len() - length_at - 4).map_err(|_| {
+        let mut encoder = StreamEncoder::try_new(&table.batch.schema())?;
+        let mut stream = encoder.encode(&table.batch)?;
+        stream.extend(encoder.finish()?);
+        let length: usize = stream.iter().map(Buffer::len).sum();
+        let length = u32::try_from(length).map_err(|_| {
             StorageError::CorruptRecord(format!(
                 "rows of table {:?} exceed 4 GiB in one write",
                 table.name
             ))
         })?;
-        out[length_at..length_at + 4].copy_from_slice(&length.to_le_bytes());
+        put_name(&mut head, &table.name)?;
+        head.extend_from_slice(&length.to_le_bytes());
+        payload.push(std::mem::take(&mut head));
+        for buffer in stream {
+            payload.push(Part(buffer));
+        }
     }
-    Ok(out)
+    if !head.is_empty() {
+        payload.push(head);
+    }
+    Ok(payload)
+}
+
+/// An Arrow buffer as a payload part.
+struct Part(Buffer);
+
+impl AsRef<[u8]> for Part {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
 }
 
 fn put_name(out: &mut Vec<u8>, name: &str) -> Result<(), StorageError> {
@@ -125,6 +140,44 @@ mod tests {
         decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
     };
 
+    /// The bytes the previous encoder (`StreamWriter` into one buffer) wrote for the same
+    /// rows: logs written before the payload came in parts replay unchanged.
+    fn as_one_buffer(database: &str, tables: &[DecodedTable]) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        put_name(&mut out, database).unwrap();
+        out.extend_from_slice(&(tables.len() as u32).to_le_bytes());
+        for table in tables {
+            put_name(&mut out, &table.name).unwrap();
+            let mut ipc = Vec::new();
+            let mut writer =
+                arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &table.batch.schema()).unwrap();
+            writer.write(&table.batch).unwrap();
+            writer.finish().unwrap();
+            drop(writer);
+            out.extend_from_slice(&(ipc.len() as u32).to_le_bytes());
+            out.extend_from_slice(&ipc);
+        }
+        out
+    }
+
+    #[test]
+    fn parts_hold_the_same_bytes_as_one_stream_writer_buffer() {
+        let options = DecodeOptions {
+            precision: Precision::Nanosecond,
+            default_time_ns: 0,
+            max_reported_errors: 10,
+        };
+        let lp = "cpu,host=a,dc=x usage=1.5,n=2i 1\ncpu,host=b usage=2.5 2\nm v=1 3\n";
+        let decoded = decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables);
+        let parts: Vec<u8> = encode("db", &decoded.tables)
+            .unwrap()
+            .parts()
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(parts, as_one_buffer("db", &decoded.tables));
+    }
+
     #[test]
     fn round_trips_and_rejects_damage() {
         let options = DecodeOptions {
@@ -134,7 +187,12 @@ mod tests {
         };
         let lp = "cpu,host=a usage=1.5,n=2i 1\nmem,host=b free=3u,ok=true,s=\"x\" 2\n";
         let decoded = decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables);
-        let payload = encode("metrics", &decoded.tables).unwrap();
+        let payload: Vec<u8> = encode("metrics", &decoded.tables)
+            .unwrap()
+            .parts()
+            .flatten()
+            .copied()
+            .collect();
         let (database, tables) = decode(&payload).unwrap();
         assert_eq!(database, "metrics");
         assert_eq!(tables.len(), 2);

@@ -15,9 +15,11 @@
 //! ```
 
 mod commit;
+mod payload;
 mod segment;
 
 pub use commit::{Apply, Durability, Wal, WalOptions, WalStats};
+pub use payload::Payload;
 pub use segment::{Recovery, ReplaySummary};
 
 use std::path::PathBuf;

@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::WalError;
+use crate::{Payload, WalError};
 
 /// First bytes of every segment file.
 pub(crate) const HEADER: &[u8; 8] = b"QVRWAL01";
@@ -52,15 +52,19 @@ pub struct ReplaySummary {
     pub truncated_at: Option<(PathBuf, u64)>,
 }
 
-/// Appends `seq` + `payload` as one record to `out`.
-pub(crate) fn encode_record(out: &mut Vec<u8>, seq: u64, payload: &[u8]) {
+/// The header of record `seq` holding `payload` (which follows it in the file). The caller
+/// ensures the payload's length fits a `u32` (see `WalOptions::max_record_bytes`).
+pub(crate) fn record_header(seq: u64, payload: &Payload) -> [u8; RECORD_HEADER] {
     let mut crc = crc32fast::Hasher::new();
     crc.update(&seq.to_le_bytes());
-    crc.update(payload);
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(payload);
+    for part in payload.parts() {
+        crc.update(part);
+    }
+    let mut header = [0; RECORD_HEADER];
+    header[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+    header[8..16].copy_from_slice(&seq.to_le_bytes());
+    header
 }
 
 /// One record found in a segment.
@@ -300,7 +304,8 @@ mod tests {
     fn write_segment(dir: &Path, first: u64, payloads: &[&[u8]]) -> PathBuf {
         let mut buf = HEADER.to_vec();
         for (i, p) in payloads.iter().enumerate() {
-            encode_record(&mut buf, first + i as u64, p);
+            buf.extend_from_slice(&record_header(first + i as u64, &p.to_vec().into()));
+            buf.extend_from_slice(p);
         }
         let path = segment_path(dir, first);
         std::fs::write(&path, buf).unwrap();
