@@ -17,8 +17,10 @@
 //! - Prepared statements (what ADBC and JDBC use for parameters): created with their dataset
 //!   and parameter schemas, parameters bound by `DoPut` (one row), dropped on close or after an
 //!   hour unused; a handle works only for the caller that created it.
-//! - Bulk ingest (`CommandStatementIngest`, what ADBC's `adbc_ingest` sends): each Arrow batch
-//!   is converted to the data model (see `quiver_ingest::arrow_ingest`) and written through
+//! - Bulk ingest (`CommandStatementIngest`, what ADBC's `adbc_ingest` sends): every message is
+//!   checked before Arrow's decoder sees it (`quiver_ingest::arrow_ipc::MessageChecker`: the
+//!   schema's types, buffer bounds and sizes; LZ4-compressed batches refused, ZSTD ones bounded),
+//!   then each Arrow batch is converted to the data model (see `quiver_ingest::arrow_ingest`) and written through
 //!   the same WAL path as line protocol, acknowledged once durable. Batches are applied one by
 //!   one: after an error the earlier batches stay written, and the error says how many rows.
 //!   Modes create, append and create_append; replace and temporary tables are refused.
@@ -59,6 +61,7 @@ use moka::policy::EvictionPolicy;
 use prost::Message;
 use quiver_cache::{AnswerBody, QueryRequest, QueryService};
 use quiver_ingest::arrow_ingest::table_from_arrow;
+use quiver_ingest::arrow_ipc::MessageChecker;
 use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
 use quiver_storage::{Durability, Store};
 use serde::{Deserialize, Serialize};
@@ -117,14 +120,18 @@ pub struct QuiverFlightSql {
     prepared: moka::sync::Cache<String, Arc<Prepared>>,
     handle_keys: RandomState,
     handle_counter: AtomicU64,
+    /// Largest gRPC message, and most bytes one message's compressed buffers may claim.
+    max_message_bytes: usize,
 }
 
 impl QuiverFlightSql {
-    /// A Flight SQL service answering from `queries` (which reads `store`).
-    pub fn new(store: Arc<Store>, queries: Arc<QueryService>) -> Self {
+    /// A Flight SQL service answering from `queries` (which reads `store`); one gRPC message
+    /// (and what its compressed buffers claim) is at most `max_message_bytes`.
+    pub fn new(store: Arc<Store>, queries: Arc<QueryService>, max_message_bytes: usize) -> Self {
         QuiverFlightSql {
             store,
             queries,
+            max_message_bytes,
             // LRU, not TinyLFU: a new token or handle must always be admitted (the least
             // recently used one makes room).
             sessions: moka::sync::Cache::builder()
@@ -575,10 +582,27 @@ impl FlightSqlService for QuiverFlightSql {
             _ => database_of(request.metadata())?,
         };
         check_ingest_target(&self.store, &database, &command)?;
+        // Every message is checked before Arrow's decoder sees it (it trusts the sizes a
+        // message declares); a compressed message may claim what an HTTP request body may.
+        let mut checker = MessageChecker::new();
+        let max_uncompressed = self.max_message_bytes;
         let data = request
             .into_inner()
             .into_peekable()
-            .map_err(FlightError::from);
+            .map_err(FlightError::from)
+            .map(move |data| {
+                let data = data?;
+                let claimed = checker
+                    .check(&data.data_header, &data.data_body)
+                    .map_err(|e| FlightError::DecodeError(e.message))?;
+                if claimed > max_uncompressed {
+                    return Err(FlightError::DecodeError(format!(
+                        "a message's compressed buffers claim {claimed} bytes uncompressed; at \
+                         most {max_uncompressed} are accepted"
+                    )));
+                }
+                Ok(data)
+            });
         let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
         let mut rows: i64 = 0;
         while let Some(batch) = batches.next().await {

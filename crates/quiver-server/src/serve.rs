@@ -181,7 +181,8 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     });
     let postgres = Arc::new(PgServer::new(store.clone(), queries.clone()))
         .serve(pg_listener, stopped(stopping.clone()));
-    let flight = FlightServiceServer::new(QuiverFlightSql::new(store.clone(), queries))
+    let flight_sql = QuiverFlightSql::new(store.clone(), queries, config.max_request_bytes);
+    let flight = FlightServiceServer::new(flight_sql)
         .max_decoding_message_size(config.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
     let flight = tonic::transport::Server::builder()
