@@ -14,8 +14,10 @@ use datafusion::common::ScalarValue;
 use quiver_cache::{CacheConfig, QueryRequest, Verdict};
 use quiver_query::QueryParams;
 
-/// Random steps (writes, persists, queries): at least the 10,000 the issue asks for.
-const STEPS: usize = 10_500;
+/// Acknowledged writes the run makes at least (the issue asks for 10,000)...
+const MIN_WRITES: usize = 10_000;
+/// ...and random steps (write bursts, persists, queries) it takes at least.
+const MIN_STEPS: usize = 10_500;
 
 const QUERIES: &[&str] = &[
     "SELECT host, count(*) AS n, sum(usage) AS s FROM cpu GROUP BY host",
@@ -77,12 +79,17 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
     f.write("cpu,host=h0 usage=1 0\nmem,host=h0 free=1i 0\n")
         .await;
     let (mut writes, mut queries, mut persists) = (0, 0, 0);
-    for step in 0..STEPS {
-        // A dashboard's rhythm: a few writes between bursts of repeated queries.
+    let mut step = 0;
+    while writes < MIN_WRITES || step < MIN_STEPS {
+        step += 1;
+        // A dashboard's rhythm: bursts of writes (each acknowledged on its own) between
+        // bursts of repeated queries.
         match rng.below(1000) {
             0..=99 => {
-                f.write(&random_write(&mut rng, step)).await;
-                writes += 1;
+                for _ in 0..1 + rng.below(19) {
+                    f.write(&random_write(&mut rng, step)).await;
+                    writes += 1;
+                }
             }
             100 | 101 => {
                 f.store.persist_now().unwrap();
@@ -124,10 +131,10 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
         "too few hits to test anything: {stats:?}"
     );
     assert!(stats.misses > 1_000, "{stats:?}");
-    // 10 % writes and 0.2 % persists of STEPS: about 1,050 and 21, with seed-to-seed spread.
+    // 0.2 % of the steps persist: about 21, with seed-to-seed spread.
     assert!(
-        writes > 700 && persists > 5,
-        "{writes} writes, {persists} persists"
+        writes >= MIN_WRITES && queries > 8_000 && persists > 5,
+        "{writes} writes, {queries} queries, {persists} persists"
     );
     assert!(stats.invalidations > 100, "{stats:?}");
 }
