@@ -19,9 +19,12 @@ fn corpus_path() -> PathBuf {
     if let Ok(dir) = std::env::var("QUIVER_CONFORMANCE_DIR") {
         return PathBuf::from(dir).join("line-protocol/corpus.json");
     }
-    // The repository's vendored, unmodified copy of `../shared/conformance`.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/conformance/line-protocol/corpus.json")
+    // The repository's vendored, unmodified copy of `../shared/conformance`. The crate's
+    // directory is read when the test runs (cargo sets it then too): a binary compiled in
+    // another checkout and reused from a shared target directory would otherwise look there.
+    let crate_dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    PathBuf::from(crate_dir).join("../../tests/conformance/line-protocol/corpus.json")
 }
 
 /// A point in the corpus's own terms, so both sides compare with `==`.
