@@ -13,7 +13,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
+    decode_line_protocol, DecodeOptions, DecodedTable, NoExistingTables, Precision,
 };
 use quiver_storage::Durability;
 use serde_json::json;
@@ -33,11 +33,7 @@ pub async fn write_v3(
         database: required(&params, "db")?,
         precision: precision(&params, Precision::Auto)?,
         accept_partial: boolean(&params, "accept_partial", true)?,
-        durability: if boolean(&params, "no_sync", false)? {
-            Durability::NoSync
-        } else {
-            Durability::Sync
-        },
+        durability: durability(&params)?,
     };
     write(app, request, &headers, body).await
 }
@@ -113,6 +109,41 @@ pub(super) fn boolean(
     }
 }
 
+/// `no_sync=true` acknowledges a write once its WAL record is written, before the fsync.
+pub(super) fn durability(params: &HashMap<String, String>) -> Result<Durability, ApiError> {
+    Ok(if boolean(params, "no_sync", false)? {
+        Durability::NoSync
+    } else {
+        Durability::Sync
+    })
+}
+
+/// Runs CPU work of a request (decompressing, decoding) off the async workers.
+pub(super) async fn off_the_workers<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("decoding task failed: {e}"),
+        )
+    })?
+}
+
+/// Writes a request's decoded tables to `database` as one write (nothing when there are
+/// none) and acknowledges it with 204.
+pub(super) async fn write_all_or_nothing(
+    app: &AppState,
+    database: &str,
+    tables: Vec<DecodedTable>,
+    durability: Durability,
+) -> Result<Response, ApiError> {
+    if !tables.is_empty() {
+        app.store.write(database, tables, durability).await?;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 /// Now, in nanoseconds since the epoch (the time of lines and records that carry none).
 pub(super) fn now_ns() -> i64 {
     let since_epoch = SystemTime::now()
@@ -137,20 +168,14 @@ async fn write(
     let store = app.store.clone();
     let database = request.database.clone();
     let (headers, limit) = (headers.clone(), app.max_request_bytes);
-    // Decompressing and decoding are CPU work: keep them off the async workers.
-    let task = tokio::task::spawn_blocking(move || {
+    let mut decoded = off_the_workers(move || {
         let body = decode_content(&headers, raw, limit)?;
-        Ok::<_, ApiError>(match store.database(&database) {
+        Ok(match store.database(&database) {
             Some(db) => decode_line_protocol(&body, &options, db.as_ref()),
             None => decode_line_protocol(&body, &options, &NoExistingTables),
         })
-    });
-    let mut decoded = task.await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("decoding task failed: {e}"),
-        )
-    })??;
+    })
+    .await?;
     let writable = decoded.error_count == 0 || request.accept_partial;
     if writable && decoded.accepted_lines > 0 {
         let tables = std::mem::take(&mut decoded.tables);

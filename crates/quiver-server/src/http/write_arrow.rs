@@ -16,14 +16,13 @@ use arrow::buffer::Buffer;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use quiver_ingest::arrow_ipc::decode_ipc_stream;
 use quiver_ingest::line_protocol::DecodedTable;
-use quiver_storage::Durability;
 
 use super::body::read_body;
 use super::error::ApiError;
-use super::write::{boolean, required};
+use super::write::{durability, off_the_workers, required, write_all_or_nothing};
 use super::AppState;
 
 /// `POST /api/v3/write_arrow?db=&table=&no_sync=`
@@ -35,11 +34,7 @@ pub async fn write_arrow(
 ) -> Result<Response, ApiError> {
     let database = required(&params, "db")?;
     let table = required(&params, "table")?;
-    let durability = if boolean(&params, "no_sync", false)? {
-        Durability::NoSync
-    } else {
-        Durability::Sync
-    };
+    let durability = durability(&params)?;
     quiver_storage::validate_database_name(&database)?;
     quiver_storage::validate_table_name(&table)?;
     if let Some(content_type) = headers.get(axum::http::header::CONTENT_TYPE) {
@@ -58,18 +53,8 @@ pub async fn write_arrow(
     }
     let bytes = read_body(&headers, body, app.max_request_bytes).await?;
     let max_bytes = app.max_request_bytes;
-    let tables = tokio::task::spawn_blocking(move || decode_stream(&table, bytes, max_bytes))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("decoding task failed: {e}"),
-            )
-        })??;
-    if !tables.is_empty() {
-        app.store.write(&database, tables, durability).await?;
-    }
-    Ok(StatusCode::NO_CONTENT.into_response())
+    let tables = off_the_workers(move || decode_stream(&table, bytes, max_bytes)).await?;
+    write_all_or_nothing(&app, &database, tables, durability).await
 }
 
 /// Every non-empty batch of the stream, converted to the data model; the first bad one fails

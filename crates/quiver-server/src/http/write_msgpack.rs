@@ -14,15 +14,14 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use quiver_ingest::msgpack::{decode_msgpack, MsgpackOptions};
 use quiver_ingest::schema::NoExistingTables;
-use quiver_storage::Durability;
 use serde_json::json;
 
 use super::body::{decode_by_magic, decode_content, read_raw_body};
 use super::error::ApiError;
-use super::write::{boolean, now_ns};
+use super::write::{durability, now_ns, off_the_workers, write_all_or_nothing};
 use super::AppState;
 
 /// The header naming the database, as Arc's clients send it.
@@ -48,11 +47,7 @@ pub async fn write_msgpack(
         database
     };
     quiver_storage::validate_database_name(&database)?;
-    let durability = if boolean(&params, "no_sync", false)? {
-        Durability::NoSync
-    } else {
-        Durability::Sync
-    };
+    let durability = durability(&params)?;
     let raw = read_raw_body(&headers, body, app.max_request_bytes).await?;
     let options = MsgpackOptions {
         default_time_ns: now_ns(),
@@ -60,8 +55,7 @@ pub async fn write_msgpack(
     let store = app.store.clone();
     let db = database.clone();
     let limit = app.max_request_bytes;
-    // Decompressing and decoding are CPU work: keep them off the async workers.
-    let tables = tokio::task::spawn_blocking(move || {
+    let tables = off_the_workers(move || {
         let body = decode_by_magic(decode_content(&headers, raw, limit)?, limit)?;
         let decoded = match store.database(&db) {
             Some(existing) => decode_msgpack(&body, &options, existing.as_ref()),
@@ -75,15 +69,6 @@ pub async fn write_msgpack(
             )
         })
     })
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("decoding task failed: {e}"),
-        )
-    })??;
-    if !tables.is_empty() {
-        app.store.write(&database, tables, durability).await?;
-    }
-    Ok(StatusCode::NO_CONTENT.into_response())
+    .await?;
+    write_all_or_nothing(&app, &database, tables, durability).await
 }
