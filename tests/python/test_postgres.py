@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 import pytest
+import requests
 
 from quiver_testlib import assert_rows_match, normalize_table, query_arrow, query_json, write_lp
 from test_differential import DB, QUERIES, Query, dataset, loaded_quiver_url  # noqa: F401
@@ -91,12 +92,42 @@ def test_psycopg_returns_the_same_rows_as_http(
 ) -> None:
     expected_names, expected_rows = _http_rows_in_micros(loaded_quiver_url, DB, q.sql)
     with connect(quiver_pg_port, DB) as conn, conn.cursor(binary=binary) as cursor:
-        cursor.execute(q.sql)
-        names = [column.name for column in cursor.description]
-        rows = [tuple(_normalize_pg_value(v) for v in row) for row in cursor.fetchall()]
-    assert_rows_match(names, rows, expected_names, expected_rows,
-                      context=f"query {q.name} over PostgreSQL ({'binary' if binary else 'text'}):"
-                              f"\n{q.sql}")
+        # The second execution is a cache hit sending the rows kept from the first.
+        for execution in ("first", "repeated"):
+            cursor.execute(q.sql)
+            names = [column.name for column in cursor.description]
+            rows = [tuple(_normalize_pg_value(v) for v in row) for row in cursor.fetchall()]
+            assert_rows_match(
+                names, rows, expected_names, expected_rows,
+                context=f"{execution} query {q.name} over PostgreSQL "
+                        f"({'binary' if binary else 'text'}):\n{q.sql}")
+
+
+def _cache_stats(base_url: str) -> dict[str, Any]:
+    return requests.get(f"{base_url}/api/v3/cache", timeout=10).json()
+
+
+def test_hits_send_the_rows_encoded_at_the_first_execution(basics: str,
+                                                            quiver_pg_port: int) -> None:
+    """A cached answer keeps its rows as encoded for each result format the first time it is
+    sent (the entry grows by that encoding once); repeats send them again unchanged."""
+    sql = ("SELECT time, host, usage, count, big, note, ok, 'kept' AS label FROM cpu "
+           "ORDER BY time")
+    results, sizes = {}, []
+    with connect(quiver_pg_port) as conn:
+        for binary in (True, True, False, False):
+            with conn.cursor(binary=binary) as cursor:
+                cursor.execute(sql)
+                results.setdefault(binary, []).append(cursor.fetchall())
+            sizes.append(_cache_stats(basics)["bytes"])
+    binary_rows, text_rows = results[True], results[False]
+    assert binary_rows[0] == binary_rows[1] == text_rows[0] == text_rows[1]
+    assert binary_rows[0][0] == (dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc), "a",
+                                 1.5, 3, decimal.Decimal(U64_MAX), "it's", True, "kept")
+    assert text_rows[0][2][5] is None, "a missing field stays NULL in a kept encoding"
+    # Binary encoding kept with the answer at the first execution; the repeat adds nothing;
+    # the text encoding is kept next to it at the first text execution.
+    assert sizes[1] == sizes[0] and sizes[2] > sizes[1] and sizes[3] == sizes[2], sizes
 
 
 def test_data_model_types_map_to_postgres_types(basics: str, quiver_pg_port: int) -> None:

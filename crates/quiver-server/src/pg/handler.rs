@@ -23,6 +23,7 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::stream::BoxStream;
 use futures::{Sink, StreamExt, TryStreamExt};
+use parking_lot::Mutex;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
@@ -30,14 +31,16 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
-use quiver_cache::{AnswerBody, QueryService};
+use quiver_cache::{AnswerBody, CachedAnswer, QueryService};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
 use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};
 use super::errors::{error, query_error, sqlstate};
+use super::kept_rows::{encoding_name, kept_rows, RowRecorder};
 use super::settings::{database_of, user_of, SessionSettings};
 use super::statement::{classify, Command};
 
@@ -327,24 +330,10 @@ impl PgHandler {
             Some(signal) => signal.run(answer).await?,
             None => answer.await?,
         };
-        let (schema, batches): (SchemaRef, BoxStream<'static, PgWireResult<RecordBatch>>) =
-            match answer.body {
-                AnswerBody::Cached(cached) => {
-                    let result = cached.result().clone();
-                    let batches = result.batches().to_vec();
-                    (
-                        result.schema().clone(),
-                        futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
-                    )
-                }
-                AnswerBody::Streamed(output) => (
-                    output.schema,
-                    output
-                        .stream
-                        .map_err(|e| query_error(&QueryError::from(e)))
-                        .boxed(),
-                ),
-            };
+        let schema = match &answer.body {
+            AnswerBody::Cached(cached) => cached.result().schema().clone(),
+            AnswerBody::Streamed(output) => output.schema.clone(),
+        };
         if let Some(described) = described {
             if !same_columns(described, &schema) {
                 return Err(error(
@@ -356,19 +345,75 @@ impl PgHandler {
         }
         check_format_count(format, schema.fields().len(), "result columns")?;
         let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, None)?);
-        let encoder_fields = fields.clone();
-        let rows = batches.flat_map(move |batch| match batch.map(pg_representable) {
-            Ok(batch) => {
-                futures::stream::iter(encode_recordbatch(encoder_fields.clone(), batch)).boxed()
-            }
-            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-        });
+        let rows = match answer.body {
+            AnswerBody::Cached(cached) => self.cached_rows(cached, format, fields.clone()),
+            AnswerBody::Streamed(output) => encode_rows(
+                output
+                    .stream
+                    .map_err(|e| query_error(&QueryError::from(e)))
+                    .boxed(),
+                fields.clone(),
+            ),
+        };
         let rows = match signal {
             Some(signal) => signal.guard(rows).boxed(),
             None => rows.boxed(),
         };
         Ok(Response::Query(QueryResponse::new(fields, rows)))
     }
+
+    /// The rows of a cached answer: the encoding kept from an earlier execution in the same
+    /// formats, or encoded now and kept once every row has gone out.
+    fn cached_rows(
+        &self,
+        cached: CachedAnswer,
+        format: &Format,
+        fields: Arc<Vec<FieldInfo>>,
+    ) -> BoxStream<'static, PgWireResult<DataRow>> {
+        let name = encoding_name(format, fields.len());
+        let field_count = fields.len() as i16;
+        if let Some(encoded) = self.queries.encoding(&cached, &name) {
+            let rows = kept_rows(encoded, field_count).map(|row| {
+                row.ok_or_else(|| error(sqlstate::INTERNAL_ERROR, "a kept row encoding is cut"))
+            });
+            return futures::stream::iter(rows).boxed();
+        }
+        let max_bytes =
+            usize::try_from(self.queries.config().max_entry_bytes).unwrap_or(usize::MAX);
+        let recorder = Arc::new(Mutex::new(RowRecorder::new(max_bytes)));
+        let batches = cached.result().batches().to_vec();
+        let recording = recorder.clone();
+        let rows = encode_rows(
+            futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
+            fields,
+        )
+        .inspect(move |row| match row {
+            Ok(row) => recording.lock().record(row),
+            Err(_) => recording.lock().abandon(),
+        });
+        let queries = self.queries.clone();
+        let keep = futures::stream::once(async move {
+            if let Some(encoded) = recorder.lock().take().finish() {
+                queries.keep_encoding(&cached, &name, encoded);
+            }
+            None
+        })
+        .filter_map(futures::future::ready);
+        rows.chain(keep).boxed()
+    }
+}
+
+/// `batches` encoded row by row for `fields` (an error ends the rows).
+fn encode_rows(
+    batches: BoxStream<'static, PgWireResult<RecordBatch>>,
+    fields: Arc<Vec<FieldInfo>>,
+) -> BoxStream<'static, PgWireResult<DataRow>> {
+    batches
+        .flat_map(move |batch| match batch.map(pg_representable) {
+            Ok(batch) => futures::stream::iter(encode_recordbatch(fields.clone(), batch)).boxed(),
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        })
+        .boxed()
 }
 
 /// `batch` in values PostgreSQL represents as the field types announced for it

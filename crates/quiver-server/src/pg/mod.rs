@@ -16,6 +16,7 @@ mod catalog;
 mod connection;
 mod errors;
 mod handler;
+mod kept_rows;
 mod settings;
 mod startup;
 mod statement;

@@ -1,0 +1,172 @@
+//! DataRow encodings kept with cached answers. The first time a cached answer is sent over the
+//! PostgreSQL protocol in a given result format, its encoded rows are recorded as they go out
+//! and kept with the answer (`QueryService::keep_encoding`); a later hit in the same format
+//! sends those bytes instead of encoding every value again.
+//!
+//! A kept encoding is the rows' `DataRow` bodies, each preceded by its length (u32, little
+//! endian). It is a function of the answer's batches and the per-column formats only: text
+//! and binary encodings of the data model's types do not depend on session settings.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use pgwire::api::portal::Format;
+use pgwire::api::results::FieldFormat;
+use pgwire::messages::data::DataRow;
+
+/// The name a cached answer keeps its rows under when encoded with `format` for `columns`
+/// columns: `pg:` and a letter per column (`t` text, `b` binary).
+pub(super) fn encoding_name(format: &Format, columns: usize) -> String {
+    let mut name = String::with_capacity(3 + columns);
+    name.push_str("pg:");
+    for column in 0..columns {
+        name.push(match format.format_for(column) {
+            FieldFormat::Text => 't',
+            FieldFormat::Binary => 'b',
+        });
+    }
+    name
+}
+
+/// Records the rows of one answer as they are sent, up to `max_bytes` (an encoding larger
+/// than that would not be kept anyway).
+#[derive(Debug)]
+pub(super) struct RowRecorder {
+    encoded: BytesMut,
+    max_bytes: usize,
+    complete: bool,
+}
+
+impl RowRecorder {
+    /// A recorder that gives up beyond `max_bytes`.
+    pub(super) fn new(max_bytes: usize) -> Self {
+        RowRecorder {
+            encoded: BytesMut::new(),
+            max_bytes,
+            complete: true,
+        }
+    }
+
+    /// Appends `row` (unless the recording is already over its limit).
+    pub(super) fn record(&mut self, row: &DataRow) {
+        if !self.complete {
+            return;
+        }
+        let Ok(length) = u32::try_from(row.data.len()) else {
+            self.complete = false;
+            return;
+        };
+        if self.encoded.len() + 4 + row.data.len() > self.max_bytes {
+            self.abandon();
+            return;
+        }
+        self.encoded.put_u32_le(length);
+        self.encoded.extend_from_slice(&row.data);
+    }
+
+    /// Gives the recording up (a row failed to encode: the rows sent are not the answer).
+    pub(super) fn abandon(&mut self) {
+        self.complete = false;
+        self.encoded = BytesMut::new();
+    }
+
+    /// Takes the recording out, leaving an abandoned one in its place.
+    pub(super) fn take(&mut self) -> RowRecorder {
+        std::mem::replace(
+            self,
+            RowRecorder {
+                encoded: BytesMut::new(),
+                max_bytes: 0,
+                complete: false,
+            },
+        )
+    }
+
+    /// Every row recorded, or `None` if the recording went over its limit or was abandoned.
+    pub(super) fn finish(self) -> Option<Bytes> {
+        self.complete.then(|| self.encoded.freeze())
+    }
+}
+
+/// The rows of a kept encoding, in order, as `DataRow` messages of `field_count` fields.
+/// `None` for a row whose length runs past the end (never produced by [`RowRecorder`]).
+pub(super) fn kept_rows(
+    mut encoded: Bytes,
+    field_count: i16,
+) -> impl Iterator<Item = Option<DataRow>> + Send {
+    std::iter::from_fn(move || {
+        if encoded.is_empty() {
+            return None;
+        }
+        if encoded.len() < 4 {
+            encoded.clear();
+            return Some(None);
+        }
+        let length = encoded.get_u32_le() as usize;
+        if length > encoded.len() {
+            encoded.clear();
+            return Some(None);
+        }
+        let data = BytesMut::from(&encoded.split_to(length)[..]);
+        Some(Some(DataRow::new(data, field_count)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(data: &[u8]) -> DataRow {
+        DataRow::new(BytesMut::from(data), 2)
+    }
+
+    #[test]
+    fn recorded_rows_come_back_in_order() {
+        let mut recorder = RowRecorder::new(1 << 20);
+        let rows = [
+            &b"\x00\x00\x00\x01a\xff\xff\xff\xff"[..],
+            b"",
+            b"\x00\x00\x00\x00xyz",
+        ];
+        for data in rows {
+            recorder.record(&row(data));
+        }
+        let back: Vec<_> = kept_rows(recorder.finish().unwrap(), 2)
+            .map(|r| r.expect("whole row"))
+            .collect();
+        assert_eq!(back.len(), 3);
+        for (kept, data) in back.iter().zip(rows) {
+            assert_eq!(&kept.data[..], data);
+            assert_eq!(kept.field_count, 2);
+        }
+    }
+
+    #[test]
+    fn a_recording_over_its_limit_is_not_kept() {
+        let mut recorder = RowRecorder::new(10);
+        recorder.record(&row(b"12345"));
+        assert!(recorder.encoded.len() == 9);
+        recorder.record(&row(b"12345"));
+        recorder.record(&row(b""));
+        assert_eq!(recorder.finish(), None);
+    }
+
+    #[test]
+    fn a_cut_encoding_ends_in_an_error_row() {
+        let mut recorder = RowRecorder::new(1 << 20);
+        recorder.record(&row(b"abcdef"));
+        let encoded = recorder.finish().unwrap();
+        let cut = encoded.slice(..encoded.len() - 1);
+        let back: Vec<_> = kept_rows(cut, 2).collect();
+        assert_eq!(back.len(), 1);
+        assert!(back[0].is_none());
+    }
+
+    #[test]
+    fn names_spell_each_columns_format() {
+        assert_eq!(encoding_name(&Format::UnifiedText, 3), "pg:ttt");
+        assert_eq!(encoding_name(&Format::UnifiedBinary, 2), "pg:bb");
+        assert_eq!(
+            encoding_name(&Format::Individual(vec![0, 1, 1]), 3),
+            "pg:tbb"
+        );
+    }
+}
