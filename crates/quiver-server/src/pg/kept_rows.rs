@@ -160,6 +160,30 @@ mod tests {
         assert!(back[0].is_none());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_rows_within_the_limit_come_back_as_sent(
+            rows in proptest::collection::vec(proptest::collection::vec(0u8.., 0..64), 0..50),
+            max_bytes in 0usize..4096,
+        ) {
+            let mut recorder = RowRecorder::new(max_bytes);
+            for data in &rows {
+                recorder.record(&row(data));
+            }
+            let needed: usize = rows.iter().map(|r| 4 + r.len()).sum();
+            match recorder.finish() {
+                Some(encoded) => {
+                    proptest::prop_assert!(needed <= max_bytes);
+                    let back: Vec<Vec<u8>> = kept_rows(encoded, 2)
+                        .map(|r| r.expect("whole row").data.to_vec())
+                        .collect();
+                    proptest::prop_assert_eq!(back, rows);
+                }
+                None => proptest::prop_assert!(needed > max_bytes),
+            }
+        }
+    }
+
     #[test]
     fn names_spell_each_columns_format() {
         assert_eq!(encoding_name(&Format::UnifiedText, 3), "pg:ttt");
