@@ -17,7 +17,8 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::Volatility;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions, Expr, ObjectNamePart, Statement as SqlStatement,
+    visit_expressions, visit_expressions_mut, Expr, ObjectNamePart, Statement as SqlStatement,
+    Value,
 };
 use datafusion::sql::sqlparser::dialect::Dialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -94,6 +95,40 @@ pub fn canonical_sql(dialect: &dyn Dialect, sql: &str) -> Result<String, String>
         }
     }
     Ok(out)
+}
+
+/// Numbers JDBC/ODBC-style `?` placeholders as `$1`, `$2`, ... in the order they appear in the
+/// text (the Flight SQL JDBC driver sends statements as the application wrote them), so they
+/// bind like PostgreSQL-style parameters. A statement mixing `?` with `$n` is refused: which
+/// value each would take is ambiguous.
+pub(crate) fn number_question_placeholders(statement: &mut DFStatement) -> Result<(), String> {
+    match statement {
+        DFStatement::Statement(statement) => number_in(statement),
+        DFStatement::Explain(explain) => number_question_placeholders(&mut explain.statement),
+        _ => Ok(()),
+    }
+}
+
+fn number_in(statement: &mut SqlStatement) -> Result<(), String> {
+    let (mut questions, mut numbered) = (0usize, false);
+    // Placeholders are leaves: the visitor meets them in the order of the text.
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Value(value) = expr {
+            if let Value::Placeholder(name) = &mut value.value {
+                if name == "?" {
+                    questions += 1;
+                    *name = format!("${questions}");
+                } else if name.starts_with('$') {
+                    numbered = true;
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    if questions > 0 && numbered {
+        return Err("a statement uses either `?` or `$1, $2, ...` placeholders, not both".into());
+    }
+    Ok(())
 }
 
 /// Analyses a parsed read-only `statement` of `sql` in `database`, given the tables its
@@ -195,6 +230,40 @@ mod tests {
 
     fn canonical(sql: &str) -> String {
         canonical_sql(&GenericDialect {}, sql).unwrap()
+    }
+
+    fn numbered(sql: &str) -> Result<String, String> {
+        let mut statement = datafusion::sql::parser::DFParser::parse_sql(sql)
+            .unwrap()
+            .pop_front()
+            .unwrap();
+        number_question_placeholders(&mut statement)?;
+        Ok(statement.to_string())
+    }
+
+    #[test]
+    fn question_placeholders_are_numbered_in_text_order() {
+        assert_eq!(
+            numbered(
+                "SELECT a, ? FROM t JOIN u ON t.k = u.k AND u.x > ? \
+                 WHERE b = '?' AND c IN (SELECT c FROM v WHERE d = ?) ORDER BY a LIMIT ?"
+            )
+            .unwrap(),
+            "SELECT a, $1 FROM t JOIN u ON t.k = u.k AND u.x > $2 \
+             WHERE b = '?' AND c IN (SELECT c FROM v WHERE d = $3) ORDER BY a LIMIT $4"
+        );
+        assert_eq!(
+            numbered("EXPLAIN SELECT * FROM t WHERE a = ?").unwrap(),
+            "EXPLAIN SELECT * FROM t WHERE a = $1"
+        );
+        assert_eq!(
+            numbered("SELECT * FROM t WHERE a = $2 AND b = $1").unwrap(),
+            "SELECT * FROM t WHERE a = $2 AND b = $1",
+            "numbered placeholders are left alone"
+        );
+        assert!(numbered("SELECT * FROM t WHERE a = ? AND b = $1")
+            .unwrap_err()
+            .contains("not both"));
     }
 
     #[test]

@@ -191,7 +191,9 @@ impl QueryEngine {
     pub fn analyze(&self, database: &str, sql: &str) -> Result<QueryAnalysis, QueryError> {
         let state = self.database_state(database)?;
         let dialect_name = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect_name)?;
+        let mut statement = state.sql_to_statement(sql, &dialect_name)?;
+        analyze::number_question_placeholders(&mut statement)
+            .map_err(|e| QueryError::Invalid(DataFusionError::Plan(e)))?;
         let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
             QueryError::Internal(DataFusionError::Internal(format!(
                 "unsupported SQL dialect {dialect_name}"
