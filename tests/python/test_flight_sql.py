@@ -76,6 +76,39 @@ def test_statements_parameters_and_empty_results(basics_url: str, quiver_flight_
         assert pa.types.is_timestamp(empty.schema.field("time").type)
 
 
+def test_result_types_native_or_portable(quiver_url: str, quiver_flight_uri: str) -> None:
+    """Native types by default (tags dictionary-encoded, UInt64 as is); `portable` (what Java
+    clients get) sends tags as strings and unsigned integers as types JDBC reads exactly."""
+    response = write_lp(quiver_url, "flight_types",
+                        "m,host=a big=18446744073709551615u,small=7u 1000\n"
+                        "m,host=b big=0u,small=0u 2000\n")
+    assert response.status_code == 204, response.text
+    sql = "SELECT host, big, arrow_cast(small, 'UInt8') AS tiny FROM m ORDER BY time"
+    header = "adbc.flight.sql.rpc.call_header.quiver-result-types"
+    with connect(quiver_flight_uri, "flight_types") as conn, conn.cursor() as cursor:
+        cursor.execute(sql)
+        native = cursor.fetch_arrow_table()
+    assert pa.types.is_dictionary(native.schema.field("host").type)
+    assert native.schema.field("big").type == pa.uint64()
+    assert native.column("big").to_pylist() == [2**64 - 1, 0]
+    for choice in ("portable", "PORTABLE"):
+        with connect(quiver_flight_uri, "flight_types", **{header: choice}) as conn, \
+                conn.cursor() as cursor:
+            for _ in range(2):  # the second answer is the cached portable encoding
+                cursor.execute(sql)
+                portable = cursor.fetch_arrow_table()
+                assert portable.schema.field("host").type == pa.string()
+                assert portable.schema.field("big").type == pa.decimal128(20, 0)
+                assert portable.schema.field("tiny").type == pa.int16()
+                assert portable.column("big").to_pylist() == [2**64 - 1, 0]
+                assert portable.column("host").to_pylist() == ["a", "b"]
+                assert portable.column("tiny").to_pylist() == [7, 0]
+    with connect(quiver_flight_uri, "flight_types", **{header: "sometimes"}) as conn, \
+            conn.cursor() as cursor:
+        with pytest.raises(adbc_driver_manager.Error, match="quiver-result-types"):
+            cursor.execute(sql)
+
+
 def test_errors_are_clear_and_do_not_break_the_session(basics_url: str,
                                                         quiver_flight_uri: str) -> None:
     with connect(quiver_flight_uri, FLIGHT_DB) as conn, conn.cursor() as cursor:

@@ -26,6 +26,9 @@
 //!   Modes create, append and create_append; replace and temporary tables are refused.
 //! - Metadata: `GetSqlInfo`, `GetCatalogs` (`quiver`), `GetDbSchemas` (databases), `GetTables`
 //!   (with Arrow schemas), `GetTableTypes` (`TABLE`).
+//! - Result types: the data model's own (tags dictionary-encoded, unsigned integers), or for
+//!   Arrow Java's client and the Flight SQL JDBC driver on it, which misread those, portable
+//!   ones (see [`ResultTypes`]); the `quiver-result-types` header chooses explicitly.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -108,8 +111,107 @@ struct Prepared {
     params: parking_lot::Mutex<QueryParams>,
 }
 
-/// The name under which a cached answer keeps its Flight data (see [`frames`]).
-const FLIGHT_ENCODING: &str = "flight";
+/// Which Arrow types a caller receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ResultTypes {
+    /// The data model's types as they are: tags dictionary-encoded, unsigned integers
+    /// unsigned (ADBC, pyarrow and Arrow C++/Go/Rust read them).
+    Native,
+    /// Types every JDBC-style client reads correctly, as the PostgreSQL protocol maps them:
+    /// dictionary-encoded columns as plain columns of their values (the Flight SQL JDBC
+    /// driver reads a dictionary column's keys as its values), `UInt8`/`UInt16`/`UInt32` as
+    /// the next wider signed integer and `UInt64` as `Decimal128(20, 0)` (the driver reads
+    /// unsigned values as signed: 2^64 - 1 would arrive as -1).
+    Portable,
+}
+
+impl ResultTypes {
+    /// The header that chooses explicitly: `native` or `portable`.
+    const HEADER: &'static str = "quiver-result-types";
+
+    /// What the caller of a request with `metadata` gets: the `quiver-result-types` header's
+    /// choice, or else `Portable` for Arrow Java's Flight client (user agent `grpc-java…`,
+    /// which the JDBC driver uses) and `Native` for everyone else.
+    fn of(metadata: &MetadataMap) -> Result<Self, Status> {
+        if let Some(choice) = metadata.get(Self::HEADER) {
+            return match choice.to_str().map(str::trim) {
+                Ok(v) if v.eq_ignore_ascii_case("native") => Ok(ResultTypes::Native),
+                Ok(v) if v.eq_ignore_ascii_case("portable") => Ok(ResultTypes::Portable),
+                _ => Err(Status::invalid_argument(format!(
+                    "{}: expected `native` or `portable`",
+                    Self::HEADER
+                ))),
+            };
+        }
+        let java = metadata
+            .get("user-agent")
+            .and_then(|agent| agent.to_str().ok())
+            .is_some_and(|agent| agent.starts_with("grpc-java"));
+        Ok(if java {
+            ResultTypes::Portable
+        } else {
+            ResultTypes::Native
+        })
+    }
+
+    /// The type this caller receives a column of `data_type` as.
+    fn data_type(self, data_type: &DataType) -> DataType {
+        match (self, data_type) {
+            (ResultTypes::Native, _) => data_type.clone(),
+            (ResultTypes::Portable, DataType::Dictionary(_, value)) => self.data_type(value),
+            (ResultTypes::Portable, DataType::UInt8) => DataType::Int16,
+            (ResultTypes::Portable, DataType::UInt16) => DataType::Int32,
+            (ResultTypes::Portable, DataType::UInt32) => DataType::Int64,
+            (ResultTypes::Portable, DataType::UInt64) => DataType::Decimal128(20, 0),
+            (ResultTypes::Portable, other) => other.clone(),
+        }
+    }
+
+    /// `schema` as this caller receives it.
+    fn schema(self, schema: &SchemaRef) -> SchemaRef {
+        if schema
+            .fields()
+            .iter()
+            .all(|f| &self.data_type(f.data_type()) == f.data_type())
+        {
+            return schema.clone();
+        }
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .clone()
+                    .with_data_type(self.data_type(f.data_type()))
+            })
+            .collect();
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+    }
+
+    /// `batch` in the types of [`ResultTypes::schema`] (every conversion is lossless).
+    fn batch(self, batch: RecordBatch) -> Result<RecordBatch, FlightError> {
+        let schema = self.schema(&batch.schema());
+        if Arc::ptr_eq(&schema, &batch.schema()) {
+            return Ok(batch);
+        }
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+
+    /// The name under which a cached answer keeps its Flight data for this caller (see
+    /// [`frames`]).
+    fn encoding_name(self) -> &'static str {
+        match self {
+            ResultTypes::Native => "flight",
+            ResultTypes::Portable => "flight-portable",
+        }
+    }
+}
 
 /// The Flight SQL service.
 pub struct QuiverFlightSql {
@@ -213,6 +315,7 @@ impl QuiverFlightSql {
         &self,
         request: QueryRequest,
         announced: Option<u64>,
+        types: ResultTypes,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let answer = self
             .queries
@@ -231,17 +334,17 @@ impl QuiverFlightSql {
         }
         match answer.body {
             AnswerBody::Cached(cached) => {
-                if let Some(ready) = self.queries.encoding(&cached, FLIGHT_ENCODING) {
+                let name = types.encoding_name();
+                if let Some(ready) = self.queries.encoding(&cached, name) {
                     return Ok(Response::new(frames(ready)?));
                 }
                 let batches: Vec<Result<RecordBatch, FlightError>> =
                     cached.result().batches().iter().cloned().map(Ok).collect();
                 let encoded: Vec<FlightData> =
-                    encode(schema, futures::stream::iter(batches).boxed())
+                    encode(schema, futures::stream::iter(batches).boxed(), types)
                         .try_collect()
                         .await?;
-                self.queries
-                    .keep_encoding(&cached, FLIGHT_ENCODING, framed(&encoded));
+                self.queries.keep_encoding(&cached, name, framed(&encoded));
                 Ok(Response::new(
                     futures::stream::iter(encoded.into_iter().map(Ok)).boxed(),
                 ))
@@ -252,6 +355,7 @@ impl QuiverFlightSql {
                     .stream
                     .map_err(|e| FlightError::ExternalError(Box::new(e)))
                     .boxed(),
+                types,
             ))),
         }
     }
@@ -295,15 +399,17 @@ fn schema_fingerprint(schema: &Schema) -> u64 {
 
 type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
 
+/// `batches` as Flight data in the caller's `types` (as the `FlightInfo` schema said, see
+/// [`ResultTypes::schema`]); dictionary-encoded columns the types keep are sent as such.
 fn encode(
     schema: SchemaRef,
     batches: BatchStream,
+    types: ResultTypes,
 ) -> <QuiverFlightSql as FlightService>::DoGetStream {
-    // Tags stay dictionary-encoded, as the FlightInfo schema (and the HTTP Arrow format) says.
     FlightDataEncoderBuilder::new()
         .with_dictionary_handling(DictionaryHandling::Resend)
-        .with_schema(schema)
-        .build(batches)
+        .with_schema(types.schema(&schema))
+        .build(batches.and_then(move |batch| futures::future::ready(types.batch(batch))))
         .map_err(Status::from)
         .boxed()
 }
@@ -317,6 +423,7 @@ fn single_batch<E: std::fmt::Display>(
     Ok(Response::new(encode(
         schema,
         futures::stream::once(async move { Ok(batch) }).boxed(),
+        ResultTypes::Native,
     )))
 }
 
@@ -458,6 +565,7 @@ impl FlightSqlService for QuiverFlightSql {
             scope,
             ..QueryRequest::default()
         };
+        let types = ResultTypes::of(request.metadata())?;
         let schema = self.result_schema(&statement).await?;
         let ticket = StatementTicket {
             schema: schema_fingerprint(&schema),
@@ -468,7 +576,7 @@ impl FlightSqlService for QuiverFlightSql {
         let ticket = TicketStatementQuery {
             statement_handle: handle.into(),
         };
-        flight_info(&schema, &ticket, request)
+        flight_info(&types.schema(&schema), &ticket, request)
     }
 
     async fn do_get_statement(
@@ -477,6 +585,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let scope = self.scope(request.metadata())?;
+        let types = ResultTypes::of(request.metadata())?;
         let statement: StatementTicket = serde_json::from_slice(&ticket.statement_handle)
             .map_err(|_| Status::invalid_argument("not a ticket this server issued"))?;
         let request = QueryRequest {
@@ -485,7 +594,7 @@ impl FlightSqlService for QuiverFlightSql {
             scope,
             ..QueryRequest::default()
         };
-        self.answer(request, Some(statement.schema)).await
+        self.answer(request, Some(statement.schema), types).await
     }
 
     async fn do_action_create_prepared_statement(
@@ -495,6 +604,7 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let scope = self.scope(request.metadata())?;
         let database = database_of(request.metadata())?;
+        let types = ResultTypes::of(request.metadata())?;
         let (schema, parameters) = self.describe(&database, &query.query).await?;
         let handle = self.new_handle();
         self.prepared.insert(
@@ -508,7 +618,7 @@ impl FlightSqlService for QuiverFlightSql {
         );
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
-            dataset_schema: schema_bytes(&schema)?,
+            dataset_schema: schema_bytes(&types.schema(&schema))?,
             parameter_schema: schema_bytes(&parameters)?,
         })
     }
@@ -557,8 +667,9 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let scope = self.scope(request.metadata())?;
         let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        let types = ResultTypes::of(request.metadata())?;
         let schema = self.result_schema(&prepared.request()).await?;
-        flight_info(&schema, &query, request)
+        flight_info(&types.schema(&schema), &query, request)
     }
 
     async fn do_get_prepared_statement(
@@ -568,7 +679,8 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let scope = self.scope(request.metadata())?;
         let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
-        self.answer(prepared.request(), None).await
+        let types = ResultTypes::of(request.metadata())?;
+        self.answer(prepared.request(), None, types).await
     }
 
     async fn do_put_statement_ingest(
@@ -714,6 +826,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         self.scope(request.metadata())?;
+        let types = ResultTypes::of(request.metadata())?;
         let mut builder = query.into_builder();
         for database in self.store.database_names() {
             let Some(db) = self.store.database(&database) else {
@@ -723,8 +836,9 @@ impl FlightSqlService for QuiverFlightSql {
                 let Some(table) = db.table(&name) else {
                     continue;
                 };
+                let schema = types.schema(&table.schema());
                 builder
-                    .append(CATALOG_NAME, &database, &name, "TABLE", &table.schema())
+                    .append(CATALOG_NAME, &database, &name, "TABLE", &schema)
                     .map_err(Status::from)?;
             }
         }
