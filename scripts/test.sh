@@ -5,7 +5,8 @@
 #   ./scripts/test.sh
 #
 # Environment: CARGO_TARGET_DIR (optional, shared build directory), PYTHON (default python3).
-# Installs what the tests need when it is missing: the Python packages (into .venv) and psql.
+# Installs what the tests need when it is missing: the Python packages (into .venv), psql, a
+# JDK and Maven.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,18 @@ if ! command -v psql >/dev/null 2>&1; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-client >/dev/null
     else
         echo "psql is required for the PostgreSQL tests: install the PostgreSQL client (e.g. apt-get install postgresql-client)" >&2
+        exit 1
+    fi
+fi
+
+# A JDK and Maven run the JDBC drivers (pgjdbc, Arrow Flight SQL JDBC) in test_jdbc.py; Maven
+# downloads the drivers from Maven Central on first use (tests/java/pom.xml).
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        echo "==> installing a JDK and Maven"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless maven >/dev/null
+    else
+        echo "java and mvn are required for the JDBC tests: install a JDK 17+ and Maven (e.g. apt-get install default-jdk-headless maven)" >&2
         exit 1
     fi
 fi
