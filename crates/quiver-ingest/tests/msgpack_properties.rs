@@ -11,8 +11,8 @@ use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use proptest::prelude::*;
-use quiver_ingest::msgpack::{decode_msgpack, MsgpackOptions};
-use quiver_ingest::schema::{ColumnType, FieldType, NoExistingTables};
+use quiver_ingest::msgpack::{decode_msgpack, MsgpackError, MsgpackOptions, MsgpackStream};
+use quiver_ingest::schema::{ColumnType, DecodedTable, FieldType, NoExistingTables};
 use rmpv::Value;
 
 const NOW: i64 = 1_600_000_000_000_000_000;
@@ -363,6 +363,35 @@ fn decoded(bytes: &[u8]) -> Expected {
         &NoExistingTables,
     )
     .unwrap();
+    rendered(tables)
+}
+
+/// `bytes` decoded as a server streams a body: the pieces `cuts` splits it into arrive one by
+/// one; after each, every whole record is decoded and the bytes left wait for the next.
+fn decoded_in_pieces(
+    bytes: &[u8],
+    cuts: &[prop::sample::Index],
+) -> Result<Vec<DecodedTable>, MsgpackError> {
+    let mut ends: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+    ends.sort();
+    let mut stream = MsgpackStream::new(&MsgpackOptions {
+        default_time_ns: NOW,
+    });
+    let mut pending: Vec<u8> = Vec::new();
+    let mut start = 0;
+    for end in ends {
+        pending.extend_from_slice(&bytes[start..end]);
+        start = end;
+        let used = stream.decode(&pending, false)?;
+        pending.drain(..used);
+    }
+    pending.extend_from_slice(&bytes[start..]);
+    let used = stream.decode(&pending, true)?;
+    assert_eq!(used, pending.len(), "a last call uses every byte");
+    stream.finish(&NoExistingTables)
+}
+
+fn rendered(tables: Vec<DecodedTable>) -> Expected {
     tables
         .into_iter()
         .map(|table| {
@@ -430,6 +459,34 @@ proptest! {
     ) {
         let bytes = payload(&records, envelope);
         prop_assert_eq!(decoded(&bytes), reference(&bytes));
+    }
+
+    #[test]
+    fn bytes_split_anywhere_decode_as_the_whole_payload(
+        records in prop::collection::vec(record(), 1..8),
+        envelope in any::<u8>(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        flip in prop::option::of((any::<prop::sample::Index>(), 1u8..=255)),
+    ) {
+        let mut bytes = payload(&records, envelope);
+        // Sometimes a corrupt payload: the same error must come out, at the same place.
+        if let Some((at, mask)) = flip {
+            let at = at.index(bytes.len());
+            bytes[at] ^= mask;
+        }
+        let options = MsgpackOptions { default_time_ns: NOW };
+        let whole = decode_msgpack(&bytes, &options, &NoExistingTables);
+        let pieces = decoded_in_pieces(&bytes, &cuts);
+        match (whole, pieces) {
+            (Ok(whole), Ok(pieces)) => prop_assert_eq!(rendered(whole), rendered(pieces)),
+            (Err(whole), Err(pieces)) => prop_assert_eq!(whole, pieces),
+            (whole, pieces) => prop_assert!(
+                false,
+                "whole: {:?}\npieces: {:?}",
+                whole.map(|t| t.len()),
+                pieces.map(|t| t.len())
+            ),
+        }
     }
 
     #[test]

@@ -72,32 +72,100 @@ pub fn decode_msgpack(
     options: &MsgpackOptions,
     existing: &dyn SchemaLookup,
 ) -> Result<Vec<DecodedTable>, MsgpackError> {
-    if body.is_empty() {
-        return Err(MsgpackError {
-            offset: Some(0),
-            record: None,
-            message: "empty payload".into(),
-        });
+    let mut stream = MsgpackStream::new(options);
+    stream.decode(body, true)?;
+    stream.finish(existing)
+}
+
+/// A MessagePack write decoded as its bytes arrive, so a request body need not be held whole:
+/// each call to [`MsgpackStream::decode`] decodes the records that are complete in the bytes
+/// given and says how many bytes it used; the caller keeps the rest, appends what arrives and
+/// calls again. The records of one payload give the same tables and the same errors however
+/// its bytes are split ([`decode_msgpack`] is one call with every byte).
+///
+/// A record is the unit: the header of an array of records (or of `{"batch": [...]}`) is
+/// consumed on its own, then each record once it is complete. A single columnar record holds
+/// all its rows, so it is decoded only once all its bytes are there.
+pub struct MsgpackStream {
+    tables: Tables,
+    default_time: i64,
+    /// Records decoded so far (the next record's index).
+    records: usize,
+    /// Payload bytes consumed so far: the offset of the first byte the next call gets.
+    consumed: usize,
+    /// Records still to come in the array (top-level or `batch`) being read.
+    array_left: Option<u32>,
+}
+
+impl MsgpackStream {
+    /// A decoder at the start of a payload.
+    pub fn new(options: &MsgpackOptions) -> Self {
+        MsgpackStream {
+            tables: Tables::default(),
+            default_time: options.default_time_ns,
+            records: 0,
+            consumed: 0,
+            array_left: None,
+        }
     }
-    let mut decoder = Decoder {
-        reader: Reader::new(body),
-        default_time: options.default_time_ns,
-        tables: Tables::default(),
-        records: 0,
-        tags: Vec::new(),
-        fields: Vec::new(),
-    };
-    while !decoder.reader.at_end() {
-        decoder.payload()?;
+
+    /// Payload bytes consumed so far.
+    pub fn consumed(&self) -> usize {
+        self.consumed
     }
-    decoder
-        .tables
-        .finish(existing)
-        .map_err(|TableError { record, message }| MsgpackError {
-            offset: None,
-            record,
-            message,
-        })
+
+    /// Decodes every whole record at the start of `available`, the payload's bytes from
+    /// [`MsgpackStream::consumed`] on, and returns how many of its bytes were used. A record
+    /// cut off by the end of `available` waits for the next call, unless `last` says no
+    /// bytes follow: then it is an error, as is an empty payload.
+    pub fn decode(&mut self, available: &[u8], last: bool) -> Result<usize, MsgpackError> {
+        if last && self.consumed == 0 && available.is_empty() {
+            return Err(MsgpackError {
+                offset: Some(0),
+                record: None,
+                message: "empty payload".into(),
+            });
+        }
+        let mut decoder = Decoder {
+            reader: Reader::new(available, self.consumed),
+            default_time: self.default_time,
+            tables: std::mem::take(&mut self.tables),
+            records: self.records,
+            tags: Vec::new(),
+            fields: Vec::new(),
+            truncated: false,
+        };
+        let mut used = 0;
+        let outcome = loop {
+            if self.array_left.is_none() && decoder.reader.at_end() {
+                break Ok(());
+            }
+            match decoder.unit(self.array_left) {
+                Ok(array_left) => {
+                    self.array_left = array_left;
+                    used = decoder.reader.position();
+                    self.records = decoder.records;
+                }
+                // A unit cut off by the end of the bytes so far: the next call retries it.
+                Err(_) if decoder.truncated && !last => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.tables = decoder.tables;
+        self.consumed += used;
+        outcome.map(|()| used)
+    }
+
+    /// The decoded tables, typed to fit the tables `existing` knows.
+    pub fn finish(self, existing: &dyn SchemaLookup) -> Result<Vec<DecodedTable>, MsgpackError> {
+        self.tables
+            .finish(existing)
+            .map_err(|TableError { record, message }| MsgpackError {
+                offset: None,
+                record,
+                message,
+            })
+    }
 }
 
 struct Decoder<'a> {
@@ -110,6 +178,8 @@ struct Decoder<'a> {
     tags: Vec<(&'a str, Cow<'a, str>)>,
     /// The current row record's fields (reused).
     fields: Vec<(&'a str, Scalar<'a>)>,
+    /// The last error was the bytes running out (more bytes may complete the value).
+    truncated: bool,
 }
 
 /// The `columns` of a columnar record, decoded.
@@ -133,8 +203,17 @@ struct RecordKeys<'a> {
     tag_keys: Option<Vec<&'a str>>,
 }
 
+/// What a top-level map turned out to be.
+enum TopLevelMap {
+    /// A record (decoded).
+    Record,
+    /// `{"batch": [...]}` with this many records to come.
+    Batch(u32),
+}
+
 impl<'a> Decoder<'a> {
-    fn error(&self, e: ReadError, record: Option<usize>) -> MsgpackError {
+    fn error(&mut self, e: ReadError, record: Option<usize>) -> MsgpackError {
+        self.truncated = e.truncated;
         MsgpackError {
             offset: Some(e.offset),
             record,
@@ -142,13 +221,46 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// One top-level value.
-    fn payload(&mut self) -> Result<(), MsgpackError> {
+    /// One unit: a record of the array being read (`array_left` records to go), or at the
+    /// top level a record or an array's header. Returns the records left in the array.
+    /// Nothing is added to the tables unless the whole unit was read.
+    fn unit(&mut self, array_left: Option<u32>) -> Result<Option<u32>, MsgpackError> {
+        self.truncated = false;
         let start = self.reader.offset();
-        match self.reader.next().map_err(|e| self.error(e, None))? {
-            Item::Map(entries) => self.record(entries, start, true),
-            Item::Array(n) => self.records_in_array(n),
-            other => Err(self.error(
+        let item = match self.reader.next() {
+            Ok(item) => item,
+            Err(e) => return Err(self.error(e, None)),
+        };
+        match (array_left, item) {
+            (Some(0), _) => unreachable!("an array with no records left is closed"),
+            (Some(left), Item::Map(entries)) => {
+                let records = self.records;
+                match self.record(entries, start, false) {
+                    Ok(TopLevelMap::Record) => Ok((left > 1).then(|| left - 1)),
+                    Ok(TopLevelMap::Batch(_)) => unreachable!("'batch' is refused in arrays"),
+                    Err(e) => {
+                        self.records = records;
+                        Err(e)
+                    }
+                }
+            }
+            (Some(_), other) => Err(self.error(
+                Reader::error_at(start, format!("records are maps, not {}", other.kind())),
+                Some(self.records),
+            )),
+            (None, Item::Map(entries)) => {
+                let records = self.records;
+                match self.record(entries, start, true) {
+                    Ok(TopLevelMap::Record) => Ok(None),
+                    Ok(TopLevelMap::Batch(n)) => Ok((n > 0).then_some(n)),
+                    Err(e) => {
+                        self.records = records;
+                        Err(e)
+                    }
+                }
+            }
+            (None, Item::Array(n)) => Ok((n > 0).then_some(n)),
+            (None, other) => Err(self.error(
                 Reader::error_at(
                     start,
                     format!(
@@ -161,24 +273,14 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    fn records_in_array(&mut self, n: u32) -> Result<(), MsgpackError> {
-        for _ in 0..n {
-            let start = self.reader.offset();
-            match self.reader.next().map_err(|e| self.error(e, None))? {
-                Item::Map(entries) => self.record(entries, start, false)?,
-                other => {
-                    return Err(self.error(
-                        Reader::error_at(start, format!("records are maps, not {}", other.kind())),
-                        Some(self.records),
-                    ))
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A record (or, at the top level, a `{"batch": [...]}` envelope) of `entries` keys.
-    fn record(&mut self, entries: u32, start: usize, top_level: bool) -> Result<(), MsgpackError> {
+    /// A record (or, at the top level, a `{"batch": [...]}` envelope, whose array header is
+    /// read) of `entries` keys.
+    fn record(
+        &mut self,
+        entries: u32,
+        start: usize,
+        top_level: bool,
+    ) -> Result<TopLevelMap, MsgpackError> {
         let record = self.records;
         self.records += 1;
         self.tags.clear();
@@ -186,10 +288,10 @@ impl<'a> Decoder<'a> {
         let mut keys = RecordKeys::default();
         for entry in 0..entries {
             let key_start = self.reader.offset();
-            let key = self
-                .reader
-                .string(|| "a record's key".into())
-                .map_err(|e| self.error(e, Some(record)))?;
+            let key = match self.reader.string(|| "a record's key".into()) {
+                Ok(key) => key,
+                Err(e) => return Err(self.error(e, Some(record))),
+            };
             if key == "batch" {
                 if !(top_level && entries == 1 && entry == 0) {
                     return Err(self.error(
@@ -201,25 +303,29 @@ impl<'a> Decoder<'a> {
                     ));
                 }
                 self.records -= 1; // the envelope is not a record
-                return self.batch();
+                return self.batch_header().map(TopLevelMap::Batch);
             }
-            self.record_key(key, &mut keys)
-                .map_err(|e| self.error(e, Some(record)))?;
+            if let Err(e) = self.record_key(key, &mut keys) {
+                return Err(self.error(e, Some(record)));
+            }
         }
-        self.finish_record(record, start, keys)
+        self.finish_record(record, start, keys)?;
+        Ok(TopLevelMap::Record)
     }
 
-    fn batch(&mut self) -> Result<(), MsgpackError> {
+    /// The array header of `{"batch": [...]}`: how many records follow.
+    fn batch_header(&mut self) -> Result<u32, MsgpackError> {
         let start = self.reader.offset();
-        match self.reader.next().map_err(|e| self.error(e, None))? {
-            Item::Array(n) => self.records_in_array(n),
-            other => Err(self.error(
+        match self.reader.next() {
+            Ok(Item::Array(n)) => Ok(n),
+            Ok(other) => Err(self.error(
                 Reader::error_at(
                     start,
                     format!("'batch' must be an array of records, not {}", other.kind()),
                 ),
                 None,
             )),
+            Err(e) => Err(self.error(e, None)),
         }
     }
 

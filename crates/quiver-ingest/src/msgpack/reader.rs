@@ -20,6 +20,8 @@ pub(crate) struct ReadError {
     pub offset: usize,
     /// What is wrong.
     pub message: String,
+    /// The value runs past the end of the bytes read so far (more bytes may complete it).
+    pub truncated: bool,
 }
 
 /// A scalar value, borrowed from the input.
@@ -81,15 +83,23 @@ impl Item<'_> {
 pub(crate) struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
+    /// The payload offset of `data[0]` (offsets are the payload's, not the slice's).
+    base: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(data: &'a [u8]) -> Self {
-        Reader { data, pos: 0 }
+    /// A cursor over `data`, the payload's bytes from offset `base` on.
+    pub(crate) fn new(data: &'a [u8], base: usize) -> Self {
+        Reader { data, pos: 0, base }
     }
 
-    /// Offset of the next byte to read.
+    /// Payload offset of the next byte to read.
     pub(crate) fn offset(&self) -> usize {
+        self.base + self.pos
+    }
+
+    /// Bytes of `data` read so far.
+    pub(crate) fn position(&self) -> usize {
         self.pos
     }
 
@@ -127,6 +137,7 @@ impl<'a> Reader<'a> {
         ReadError {
             offset,
             message: message.into(),
+            truncated: false,
         }
     }
 
@@ -134,10 +145,13 @@ impl<'a> Reader<'a> {
     fn take(&mut self, n: usize, start: usize) -> Result<&'a [u8], ReadError> {
         let left = self.data.len() - self.pos;
         if n > left {
-            return Err(Self::error_at(
-                start,
-                format!("truncated: the value needs {n} more bytes, only {left} are left"),
-            ));
+            return Err(ReadError {
+                truncated: true,
+                ..Self::error_at(
+                    start,
+                    format!("truncated: the value needs {n} more bytes, only {left} are left"),
+                )
+            });
         }
         let bytes = &self.data[self.pos..self.pos + n];
         self.pos += n;
@@ -175,7 +189,7 @@ impl<'a> Reader<'a> {
     /// Reads the next value's head: a whole scalar, or an array's / map's length.
     #[inline]
     pub(crate) fn next(&mut self) -> Result<Item<'a>, ReadError> {
-        let start = self.pos;
+        let start = self.offset();
         let marker = Marker::from_u8(self.u8(start)?);
         let scalar = match marker {
             Marker::FixPos(n) => Scalar::Int(i64::from(n)),
@@ -289,7 +303,7 @@ impl<'a> Reader<'a> {
 
     /// Reads a string (a map key, a name); `what` names it in the error (built only then).
     pub(crate) fn string(&mut self, what: impl FnOnce() -> String) -> Result<&'a str, ReadError> {
-        let start = self.pos;
+        let start = self.offset();
         match self.next()? {
             Item::Scalar(Scalar::Str(s)) => Ok(s),
             other => Err(Self::error_at(
@@ -309,7 +323,7 @@ impl<'a> Reader<'a> {
                 continue;
             }
             *left -= 1;
-            let start = self.pos;
+            let start = self.offset();
             let children = match self.next()? {
                 Item::Scalar(_) => continue,
                 Item::Array(n) => u64::from(n),
@@ -354,7 +368,7 @@ mod tests {
     use super::*;
 
     fn items(bytes: &[u8]) -> Vec<Item<'_>> {
-        let mut reader = Reader::new(bytes);
+        let mut reader = Reader::new(bytes, 0);
         let mut out = Vec::new();
         while !reader.at_end() {
             out.push(reader.next().unwrap());
@@ -410,7 +424,7 @@ mod tests {
             items(&buf),
             vec![Item::Scalar(Scalar::Timestamp(-1_999_999_993))]
         );
-        let mut reader = Reader::new(&[0xd4, 0x01, 0x00]);
+        let mut reader = Reader::new(&[0xd4, 0x01, 0x00], 0);
         assert!(reader
             .next()
             .unwrap_err()
@@ -421,23 +435,23 @@ mod tests {
     #[test]
     fn bad_input_is_an_error_at_its_offset() {
         // truncated string: declares 10 bytes, has 2
-        let mut reader = Reader::new(&[0x91, 0xaa, b'a', b'b']);
+        let mut reader = Reader::new(&[0x91, 0xaa, b'a', b'b'], 0);
         assert_eq!(reader.next().unwrap(), Item::Array(1));
         let e = reader.next().unwrap_err();
         assert_eq!(e.offset, 1);
         assert!(e.message.contains("truncated"), "{e:?}");
         // invalid UTF-8
-        let e = Reader::new(&[0xa2, 0xff, 0xfe]).next().unwrap_err();
+        let e = Reader::new(&[0xa2, 0xff, 0xfe], 0).next().unwrap_err();
         assert!(e.message.contains("UTF-8"), "{e:?}");
         // reserved marker, binary
-        assert!(Reader::new(&[0xc1]).next().is_err());
-        assert!(Reader::new(&[0xc4, 1, 0])
+        assert!(Reader::new(&[0xc1], 0).next().is_err());
+        assert!(Reader::new(&[0xc4, 1, 0], 0)
             .next()
             .unwrap_err()
             .message
             .contains("binary"));
         // a forged array length: an error, no allocation, no hang
-        let e = Reader::new(&[0xdd, 0xff, 0xff, 0xff, 0xff])
+        let e = Reader::new(&[0xdd, 0xff, 0xff, 0xff, 0xff], 0)
             .skip()
             .unwrap_err();
         assert!(e.message.contains("truncated"), "{e:?}");
@@ -454,11 +468,11 @@ mod tests {
         rmp::encode::write_str(&mut buf, "b").unwrap();
         rmp::encode::write_nil(&mut buf).unwrap();
         buf.push(0x07);
-        let mut reader = Reader::new(&buf);
+        let mut reader = Reader::new(&buf, 0);
         reader.skip().unwrap();
         assert_eq!(reader.next().unwrap(), Item::Scalar(Scalar::Int(7)));
         let bomb = vec![0x91; 100_000];
-        let e = Reader::new(&bomb).skip().unwrap_err();
+        let e = Reader::new(&bomb, 0).skip().unwrap_err();
         assert!(e.message.contains("nested deeper"), "{e:?}");
     }
 }
