@@ -9,6 +9,7 @@ and where, writes nothing, and leaves the server up.
 from __future__ import annotations
 
 import gzip
+import struct
 from urllib.parse import urlparse
 
 import msgpack
@@ -191,6 +192,19 @@ def test_corrupt_compression(quiver_url: str, body: bytes, headers: dict[str, st
 
 
 def test_decompression_bomb_is_413(quiver_url: str) -> None:
-    bomb = gzip.compress(b"\x00" * (80 << 20))  # 80 MiB of zeros: beyond the 64 MiB limit
-    r = post(quiver_url, bomb, "hostile_zip")
+    # One record whose string field declares and holds 80 MiB (beyond the 64 MiB limit): the
+    # body is decoded as it is decompressed, so the record waits for its bytes until the limit.
+    size = 80 << 20
+    record = (b"\x82\xa1m\xa1x\xa6fields\x81\xa1s\xdb" + struct.pack(">I", size)
+              + b"a" * size)
+    r = post(quiver_url, gzip.compress(record), "hostile_zip")
     assert r.status_code == 413, r.text
+    assert "exceeds the limit" in r.json()["error"]
+
+
+def test_decompression_bomb_of_garbage_stops_at_the_first_bad_byte(quiver_url: str) -> None:
+    # 80 MiB of zeros: not MessagePack records, found out from the first decompressed bytes
+    # (the rest is never inflated).
+    r = post(quiver_url, gzip.compress(b"\x00" * (80 << 20)), "hostile_zip")
+    assert r.status_code == 400, r.text
+    assert r.json()["data"] == {"offset": 0, "record": None}

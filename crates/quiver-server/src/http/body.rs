@@ -1,7 +1,9 @@
 //! Reading request bodies safely: a byte limit enforced before and after decompression
 //! (413 beyond it), and `Content-Encoding: gzip | zstd | identity` (415 for anything else,
-//! 400 for a corrupt stream); for formats whose clients compress without saying so (Arc's
-//! MessagePack), gzip and zstd recognised by their magic bytes.
+//! 400 for a corrupt stream). A body is either read whole ([`read_body`]) or streamed to a
+//! blocking consumer as it arrives ([`stream_body`], never held whole); a streamed body may
+//! also be recognised as gzip or zstd by its magic bytes, for formats whose clients compress
+//! without saying so (Arc's MessagePack).
 
 use std::io::Read;
 use std::time::Duration;
@@ -86,18 +88,36 @@ async fn drain(mut body: Body, max_bytes: u64) {
 
 /// Decompresses `raw` per the request's `Content-Encoding`, to at most `limit` bytes.
 pub fn decode_content(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+    match content_encoding(headers)? {
+        Encoding::Identity => Ok(raw),
+        encoding => {
+            let mut out = Vec::new();
+            decoder(encoding, Box::new(std::io::Cursor::new(raw)), limit)?
+                .read_to_end(&mut out)
+                .map_err(body_error)?;
+            Ok(Bytes::from(out))
+        }
+    }
+}
+
+/// A body's compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Identity,
+    Gzip,
+    Zstd,
+}
+
+/// The request's `Content-Encoding` (415 for one we do not serve).
+fn content_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase())
         .unwrap_or_default();
     match encoding.as_str() {
-        "" | "identity" => Ok(raw),
-        "gzip" | "x-gzip" => decompress(flate2::read::MultiGzDecoder::new(&raw[..]), "gzip", limit),
-        "zstd" => {
-            let decoder = zstd::stream::read::Decoder::new(&raw[..])
-                .map_err(|e| ApiError::bad_request(format!("invalid zstd body: {e}")))?;
-            decompress(decoder, "zstd", limit)
-        }
+        "" | "identity" => Ok(Encoding::Identity),
+        "gzip" | "x-gzip" => Ok(Encoding::Gzip),
+        "zstd" => Ok(Encoding::Zstd),
         other => Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("unsupported Content-Encoding {other:?}: use gzip, zstd or identity"),
@@ -105,33 +125,242 @@ pub fn decode_content(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<B
     }
 }
 
-/// `raw` decompressed if it starts with the gzip (`1f 8b`) or zstd (`28 b5 2f fd`) magic
-/// bytes (to at most `limit` bytes), as it is otherwise.
-pub fn decode_by_magic(raw: Bytes, limit: usize) -> Result<Bytes, ApiError> {
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        return decompress(flate2::read::MultiGzDecoder::new(&raw[..]), "gzip", limit);
-    }
-    if raw.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        let decoder = zstd::stream::read::Decoder::new(&raw[..])
-            .map_err(|e| ApiError::bad_request(format!("invalid zstd body: {e}")))?;
-        return decompress(decoder, "zstd", limit);
-    }
-    Ok(raw)
+/// `reader` decompressed as `encoding` says, to at most `limit` bytes.
+fn decoder(
+    encoding: Encoding,
+    reader: Box<dyn Read + Send>,
+    limit: usize,
+) -> Result<Box<dyn Read + Send>, ApiError> {
+    Ok(match encoding {
+        Encoding::Identity => reader,
+        Encoding::Gzip => Box::new(Decompressed::new(
+            flate2::read::MultiGzDecoder::new(reader),
+            "gzip",
+            limit,
+        )),
+        Encoding::Zstd => {
+            let decoder = zstd::stream::read::Decoder::new(reader)
+                .map_err(|e| ApiError::bad_request(format!("invalid zstd body: {e}")))?;
+            Box::new(Decompressed::new(decoder, "zstd", limit))
+        }
+    })
 }
 
-fn decompress(reader: impl Read, name: &str, limit: usize) -> Result<Bytes, ApiError> {
-    let mut out = Vec::new();
-    reader
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| ApiError::bad_request(format!("invalid {name} body: {e}")))?;
-    if out.len() > limit {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "decompressed request body exceeds the limit of {limit} bytes (max_request_bytes)"
-            ),
-        ));
+/// `reader` decompressed if it starts with the gzip (`1f 8b`) or zstd (`28 b5 2f fd`) magic
+/// bytes, as it is otherwise.
+fn magic_decoder(
+    mut reader: Box<dyn Read + Send>,
+    limit: usize,
+) -> Result<Box<dyn Read + Send>, ApiError> {
+    let mut head = [0u8; 4];
+    let mut seen = 0;
+    while seen < head.len() {
+        match reader.read(&mut head[seen..]) {
+            Ok(0) => break,
+            Ok(n) => seen += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(body_error(e)),
+        }
     }
-    Ok(Bytes::from(out))
+    let head = &head[..seen];
+    let encoding = if head.starts_with(&[0x1f, 0x8b]) {
+        Encoding::Gzip
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Encoding::Zstd
+    } else {
+        Encoding::Identity
+    };
+    let whole = Box::new(std::io::Cursor::new(head.to_vec()).chain(reader));
+    decoder(encoding, whole, limit)
+}
+
+/// A decompressor's output: its errors say which encoding was corrupt, and more than `limit`
+/// bytes of output is a 413.
+struct Decompressed<R> {
+    inner: R,
+    name: &'static str,
+    limit: usize,
+    produced: usize,
+}
+
+impl<R: Read> Decompressed<R> {
+    fn new(inner: R, name: &'static str, limit: usize) -> Self {
+        Decompressed {
+            inner,
+            name,
+            limit,
+            produced: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for Decompressed<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(out).map_err(|e| {
+            if e.get_ref().is_some_and(|inner| inner.is::<CarriedError>()) {
+                e // an error of the bytes underneath, already an answer
+            } else {
+                carried(ApiError::bad_request(format!(
+                    "invalid {} body: {e}",
+                    self.name
+                )))
+            }
+        })?;
+        self.produced += n;
+        if self.produced > self.limit {
+            return Err(carried(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "decompressed request body exceeds the limit of {} bytes (max_request_bytes)",
+                    self.limit
+                ),
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// An `ApiError` carried through `std::io` by the readers of this module.
+#[derive(Debug)]
+struct CarriedError(ApiError);
+
+impl std::fmt::Display for CarriedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl std::error::Error for CarriedError {}
+
+fn carried(error: ApiError) -> std::io::Error {
+    std::io::Error::other(CarriedError(error))
+}
+
+/// The `ApiError` an I/O error of this module's readers stands for.
+fn body_error(e: std::io::Error) -> ApiError {
+    if e.get_ref().is_some_and(|inner| inner.is::<CarriedError>()) {
+        let inner = e.into_inner().expect("checked above");
+        let CarriedError(error) = *inner.downcast::<CarriedError>().expect("checked above");
+        return error;
+    }
+    ApiError::bad_request(format!("failed to read the request body: {e}"))
+}
+
+/// The body's bytes as they arrive from the async side, as a blocking `Read`.
+struct ChannelReader {
+    frames: tokio::sync::mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.frames.blocking_recv() {
+                Some(frame) => self.current = frame,
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.current.len());
+        out[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+/// A request body read piece by piece on a blocking thread (see [`stream_body`]), already
+/// decompressed.
+pub struct BodyStream {
+    reader: Box<dyn Read + Send>,
+}
+
+impl BodyStream {
+    /// Appends up to `max` more bytes of the body to `out`; returns how many (0 at the end).
+    /// An error is the answer the request should end with.
+    pub fn read_into(&mut self, out: &mut Vec<u8>, max: usize) -> Result<usize, ApiError> {
+        let start = out.len();
+        out.resize(start + max, 0);
+        let read = loop {
+            match self.reader.read(&mut out[start..]) {
+                Ok(n) => break Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(body_error(e)),
+            }
+        };
+        out.truncate(start + read.as_ref().copied().unwrap_or(0));
+        read
+    }
+}
+
+/// Runs `consume` on a blocking thread with the body, decompressed, as it arrives: the body
+/// is never held whole. Compression is recognised by `Content-Encoding` and then, on what
+/// that gives, by the gzip or zstd magic bytes. At most `limit` bytes as sent and after each
+/// decompression (413 beyond). If `consume` is done before the body is (an error early in it), the rest is read
+/// and discarded (within [`DRAIN_LIMIT_BYTES`] and [`DRAIN_TIMEOUT`]) so that the client, still
+/// sending, can read the answer.
+pub async fn stream_body<T: Send + 'static>(
+    headers: &HeaderMap,
+    mut body: Body,
+    limit: usize,
+    consume: impl FnOnce(&mut BodyStream) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body exceeds the limit of {limit} bytes (max_request_bytes)"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared.filter(|&length| length > limit as u64) {
+        if length <= DRAIN_LIMIT_BYTES {
+            drain(body, length).await;
+        }
+        return Err(too_large());
+    }
+    let encoding = content_encoding(headers)?;
+    let (sender, frames) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let task = tokio::task::spawn_blocking(move || {
+        let raw = Box::new(ChannelReader {
+            frames,
+            current: Bytes::new(),
+        });
+        let reader = magic_decoder(decoder(encoding, raw, limit)?, limit)?;
+        consume(&mut BodyStream { reader })
+    });
+    let mut received = 0usize;
+    let mut failure = None;
+    while let Some(frame) = body.frame().await {
+        let data = match frame.map(|frame| frame.into_data()) {
+            Ok(Ok(data)) => data,
+            Ok(Err(_)) => continue, // trailers
+            Err(e) => {
+                failure = Some(ApiError::bad_request(format!(
+                    "failed to read the request body: {e}"
+                )));
+                break;
+            }
+        };
+        received += data.len();
+        if received > limit {
+            failure = Some(too_large());
+            break;
+        }
+        if sender.send(data).await.is_err() {
+            break; // `consume` is done: it failed before the end of the body
+        }
+    }
+    drop(sender);
+    drain(body, DRAIN_LIMIT_BYTES).await;
+    let outcome = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("decoding task failed: {e}"),
+        )
+    })?;
+    match failure {
+        Some(error) => Err(error),
+        None => outcome,
+    }
 }

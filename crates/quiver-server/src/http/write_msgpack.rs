@@ -4,6 +4,8 @@
 //! by their magic bytes (Arc's clients compress without always saying so), `no_sync=true` as
 //! on the other write endpoints.
 //!
+//! The body is decoded as it arrives (decompressed on the fly), never held whole: a request
+//! needs memory for its decoded rows and about one record's bytes, not for the whole body.
 //! A good request is one durable write through the WAL, acknowledged with 204. A bad one is a
 //! 400 naming what is wrong and where (`data.record`, 0-based, and `data.offset`, the byte
 //! offset in the decompressed body), and nothing of it is written.
@@ -15,13 +17,15 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::Response;
-use quiver_ingest::msgpack::{decode_msgpack, MsgpackOptions};
+use quiver_ingest::line_protocol::DecodedTable;
+use quiver_ingest::msgpack::{MsgpackError, MsgpackOptions, MsgpackStream};
 use quiver_ingest::schema::NoExistingTables;
+use quiver_storage::Store;
 use serde_json::json;
 
-use super::body::{decode_by_magic, decode_content, read_raw_body};
+use super::body::{stream_body, BodyStream};
 use super::error::ApiError;
-use super::write::{durability, now_ns, off_the_workers, write_all_or_nothing};
+use super::write::{durability, now_ns, write_all_or_nothing};
 use super::AppState;
 
 /// The header naming the database, as Arc's clients send it.
@@ -48,27 +52,59 @@ pub async fn write_msgpack(
     };
     quiver_storage::validate_database_name(&database)?;
     let durability = durability(&params)?;
-    let raw = read_raw_body(&headers, body, app.max_request_bytes).await?;
     let options = MsgpackOptions {
         default_time_ns: now_ns(),
     };
     let store = app.store.clone();
     let db = database.clone();
-    let limit = app.max_request_bytes;
-    let tables = off_the_workers(move || {
-        let body = decode_by_magic(decode_content(&headers, raw, limit)?, limit)?;
-        let decoded = match store.database(&db) {
-            Some(existing) => decode_msgpack(&body, &options, existing.as_ref()),
-            None => decode_msgpack(&body, &options, &NoExistingTables),
-        };
-        decoded.map_err(|e| {
-            ApiError::with_data(
-                StatusCode::BAD_REQUEST,
-                format!("invalid MessagePack payload: {e}; nothing was written"),
-                json!({ "record": e.record, "offset": e.offset }),
-            )
-        })
+    let tables = stream_body(&headers, body, app.max_request_bytes, move |body| {
+        decode_stream(body, &options, &store, &db)
     })
     .await?;
     write_all_or_nothing(&app, &database, tables, durability).await
+}
+
+/// How many bytes the decoder asks the body for at a time.
+const READ_BYTES: usize = 256 << 10;
+
+/// Bytes gathered before records are decoded (unless the body ends first): a body up to this
+/// size is decoded in one go, as a whole.
+const DECODE_BYTES: usize = 1 << 20;
+
+/// Decodes the body's records as its bytes arrive (see `MsgpackStream`), keeping only a
+/// record cut off at the end of what has arrived. A cut-off record is decoded again once the
+/// bytes kept have doubled, so a record spanning many reads costs linear, not quadratic, work.
+fn decode_stream(
+    body: &mut BodyStream,
+    options: &MsgpackOptions,
+    store: &Store,
+    database: &str,
+) -> Result<Vec<DecodedTable>, ApiError> {
+    let mut stream = MsgpackStream::new(options);
+    let mut pending = Vec::new();
+    let mut decode_at = DECODE_BYTES;
+    loop {
+        let last = body.read_into(&mut pending, READ_BYTES)? == 0;
+        if last || pending.len() >= decode_at {
+            let used = stream.decode(&pending, last).map_err(invalid)?;
+            pending.drain(..used);
+            decode_at = DECODE_BYTES.max(2 * pending.len());
+        }
+        if last {
+            break;
+        }
+    }
+    match store.database(database) {
+        Some(existing) => stream.finish(existing.as_ref()),
+        None => stream.finish(&NoExistingTables),
+    }
+    .map_err(invalid)
+}
+
+fn invalid(e: MsgpackError) -> ApiError {
+    ApiError::with_data(
+        StatusCode::BAD_REQUEST,
+        format!("invalid MessagePack payload: {e}; nothing was written"),
+        json!({ "record": e.record, "offset": e.offset }),
+    )
 }
