@@ -291,6 +291,9 @@ impl BodyStream {
     }
 }
 
+/// The size of the pieces [`stream_body`] hands its consumer.
+const SEND_BYTES: usize = 256 << 10;
+
 /// Runs `consume` on a blocking thread with the body, decompressed, as it arrives: the body
 /// is never held whole. Compression is recognised by `Content-Encoding` and then, on what
 /// that gives, by the gzip or zstd magic bytes. At most `limit` bytes as sent and after each
@@ -331,6 +334,9 @@ pub async fn stream_body<T: Send + 'static>(
     });
     let mut received = 0usize;
     let mut failure = None;
+    // Frames are passed on in pieces of about SEND_BYTES: one wake-up of the consumer per
+    // piece, not per (often small) frame.
+    let mut piece = BytesMut::new();
     while let Some(frame) = body.frame().await {
         let data = match frame.map(|frame| frame.into_data()) {
             Ok(Ok(data)) => data,
@@ -347,9 +353,13 @@ pub async fn stream_body<T: Send + 'static>(
             failure = Some(too_large());
             break;
         }
-        if sender.send(data).await.is_err() {
+        piece.extend_from_slice(&data);
+        if piece.len() >= SEND_BYTES && sender.send(piece.split().freeze()).await.is_err() {
             break; // `consume` is done: it failed before the end of the body
         }
+    }
+    if failure.is_none() && !piece.is_empty() {
+        let _ = sender.send(piece.freeze()).await;
     }
     drop(sender);
     drain(body, DRAIN_LIMIT_BYTES).await;
