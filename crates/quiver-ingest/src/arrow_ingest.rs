@@ -31,7 +31,8 @@ pub struct ArrowIngestError {
 }
 
 impl ArrowIngestError {
-    fn column(column: &str, message: impl Into<String>) -> Self {
+    /// An error of `column`, named in the message too.
+    pub(crate) fn column(column: &str, message: impl Into<String>) -> Self {
         ArrowIngestError {
             column: Some(column.to_string()),
             message: format!("column {column:?}: {}", message.into()),

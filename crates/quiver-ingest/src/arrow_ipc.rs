@@ -21,7 +21,7 @@ use arrow::datatypes::{DataType, Schema};
 use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::{self as fb, MessageHeader};
 
-use crate::arrow_ingest::{check_schema, table_from_arrow};
+use crate::arrow_ingest::{check_schema, table_from_arrow, ArrowIngestError};
 use crate::line_protocol::DecodedTable;
 
 /// Marks a message length in the stream framing of Arrow 0.15 and later.
@@ -161,24 +161,6 @@ fn check_framing(body: &[u8], max_uncompressed_bytes: usize) -> Result<(), IpcSt
     unreachable!("the loop returns")
 }
 
-/// Why one message of a stream was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MessageError {
-    /// The column at fault, if one is.
-    pub column: Option<String>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl From<String> for MessageError {
-    fn from(message: String) -> Self {
-        MessageError {
-            column: None,
-            message,
-        }
-    }
-}
-
 /// Checks the messages of one Arrow IPC stream, one at a time and in order, for what Arrow's
 /// reader must not be given (see the module documentation): the schema (the data model's flat
 /// types only), then every batch's buffers against its body and against the rows they must
@@ -186,8 +168,17 @@ impl From<String> for MessageError {
 /// through [`decode_ipc_stream`], which also checks the framing between messages.
 #[derive(Debug, Default)]
 pub struct MessageChecker {
-    /// Once the schema is read: each column's type, and each dictionary's value type by id.
-    schema: Option<(Vec<DataType>, HashMap<i64, DataType>)>,
+    /// Once the schema is read: its columns, and for each dictionary id the column it encodes
+    /// (with the dictionary's value type).
+    schema: Option<(Vec<Column>, HashMap<i64, Column>)>,
+}
+
+/// A column as a batch message carries it.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    /// The type of its buffers (a dictionary-encoded column's keys; a dictionary's values).
+    data_type: DataType,
 }
 
 impl MessageChecker {
@@ -198,61 +189,57 @@ impl MessageChecker {
 
     /// Checks one message: its flatbuffer `metadata` (without the length prefix) and its
     /// `body`. Returns the bytes its compressed buffers claim uncompressed (0 if none), which
-    /// the caller bounds.
-    pub fn check(&mut self, metadata: &[u8], body: &[u8]) -> Result<usize, MessageError> {
+    /// the caller bounds. An error names the column at fault when one is.
+    pub fn check(&mut self, metadata: &[u8], body: &[u8]) -> Result<usize, ArrowIngestError> {
         let message = fb::root_as_message(metadata)
-            .map_err(|e| format!("the message metadata is not valid: {e}"))?;
+            .map_err(|e| unnamed(format!("the message metadata is not valid: {e}")))?;
         let (batch, columns) = match (message.header_type(), &self.schema) {
             (MessageHeader::Schema, None) => {
                 let ipc_schema = message
                     .header_as_schema()
-                    .ok_or_else(|| "the schema message has no schema".to_string())?;
-                check_ipc_fields(ipc_schema).map_err(|(column, message)| MessageError {
-                    message: format!("column {column:?}: {message}"),
-                    column: Some(column),
-                })?;
+                    .ok_or_else(|| unnamed("the schema message has no schema"))?;
+                check_ipc_fields(ipc_schema)?;
                 let converted = fb::convert::fb_to_schema(ipc_schema);
-                check_schema(&converted).map_err(|e| MessageError {
-                    column: e.column,
-                    message: e.message,
-                })?;
-                self.schema = Some(column_types(ipc_schema, &converted));
+                check_schema(&converted)?;
+                self.schema = Some(columns_of(ipc_schema, &converted));
                 return Ok(0);
             }
             (MessageHeader::NONE, _) => return Ok(0), // no content; readers skip it
-            (MessageHeader::Schema, Some(_)) => {
-                return Err("a second schema message".to_string().into())
-            }
-            (_, None) => {
-                return Err("the stream must start with a schema message"
-                    .to_string()
-                    .into())
-            }
+            (MessageHeader::Schema, Some(_)) => return Err(unnamed("a second schema message")),
+            (_, None) => return Err(unnamed("the stream must start with a schema message")),
             (MessageHeader::RecordBatch, Some((columns, _))) => {
-                (message.header_as_record_batch(), columns.clone())
+                (message.header_as_record_batch(), columns.as_slice())
             }
             (MessageHeader::DictionaryBatch, Some((_, dictionaries))) => {
                 let dictionary = message
                     .header_as_dictionary_batch()
-                    .ok_or_else(|| "the dictionary message has no dictionary".to_string())?;
-                let values = dictionaries.get(&dictionary.id()).ok_or_else(|| {
-                    format!(
+                    .ok_or_else(|| unnamed("the dictionary message has no dictionary"))?;
+                let column = dictionaries.get(&dictionary.id()).ok_or_else(|| {
+                    unnamed(format!(
                         "dictionary {} belongs to no column of the schema",
                         dictionary.id()
-                    )
+                    ))
                 })?;
-                (dictionary.data(), vec![values.clone()])
+                (dictionary.data(), std::slice::from_ref(column))
             }
             (other, _) => {
-                return Err(
-                    format!("{other:?} messages are not part of a record batch stream").into(),
-                )
+                return Err(unnamed(format!(
+                    "{other:?} messages are not part of a record batch stream"
+                )))
             }
         };
-        let batch = batch.ok_or_else(|| "the message has no record batch".to_string())?;
-        let (lengths, claimed) = check_buffers(&batch, body)?;
-        check_layout(&batch, &lengths, &columns)?;
+        let batch = batch.ok_or_else(|| unnamed("the message has no record batch"))?;
+        let (lengths, claimed) = check_buffers(&batch, body).map_err(unnamed)?;
+        check_layout(&batch, &lengths, columns)?;
         Ok(claimed)
+    }
+}
+
+/// An error no single column is at fault for.
+fn unnamed(message: impl Into<String>) -> ArrowIngestError {
+    ArrowIngestError {
+        column: None,
+        message: message.into(),
     }
 }
 
@@ -260,15 +247,15 @@ impl MessageChecker {
 /// Arrow's conversion of a schema message panics on a missing type table, an integer width or
 /// time unit it does not know, and many types the data model has no use for. The error names
 /// the field.
-fn check_ipc_fields(schema: fb::Schema<'_>) -> Result<(), (String, String)> {
+fn check_ipc_fields(schema: fb::Schema<'_>) -> Result<(), ArrowIngestError> {
     let fields = schema
         .fields()
-        .ok_or_else(|| (String::new(), "the schema has no fields".to_string()))?;
+        .ok_or_else(|| unnamed("the schema has no fields"))?;
     for field in fields {
-        let name = field.name().unwrap_or_default().to_string();
+        let name = field.name().unwrap_or_default();
         let unsupported = |what: String| {
-            Err((
-                name.clone(),
+            Err(ArrowIngestError::column(
+                name,
                 format!(
                     "{what} is not supported; supported: timestamp (time), dictionary-encoded \
                      strings (tags), float, integer, unsigned integer, string, boolean (fields)"
@@ -323,48 +310,49 @@ fn check_ipc_fields(schema: fb::Schema<'_>) -> Result<(), (String, String)> {
     Ok(())
 }
 
-/// The type of each column (a dictionary column's is its keys' type, as its batches carry the
-/// keys) and the value type of each dictionary by id. `converted` is `ipc`, converted, and
-/// holds only the data model's flat types ([`check_schema`] passed).
-fn column_types(
-    ipc: fb::Schema<'_>,
-    converted: &Schema,
-) -> (Vec<DataType>, HashMap<i64, DataType>) {
+/// Each column as its batches carry it (a dictionary-encoded column as its keys), and for each
+/// dictionary id the column it encodes, typed as the dictionary's values. `converted` is
+/// `ipc`, converted, and holds only the data model's flat types ([`check_schema`] passed).
+fn columns_of(ipc: fb::Schema<'_>, converted: &Schema) -> (Vec<Column>, HashMap<i64, Column>) {
     let mut dictionaries = HashMap::new();
     let mut columns = Vec::with_capacity(converted.fields().len());
     let ipc_fields = ipc.fields().into_iter().flatten();
     for (ipc_field, field) in ipc_fields.zip(converted.fields()) {
+        let column = |data_type: &DataType| Column {
+            name: field.name().clone(),
+            data_type: data_type.clone(),
+        };
         match (ipc_field.dictionary(), field.data_type()) {
             (Some(encoding), DataType::Dictionary(keys, values)) => {
-                dictionaries.insert(encoding.id(), values.as_ref().clone());
-                columns.push(keys.as_ref().clone());
+                dictionaries.insert(encoding.id(), column(values));
+                columns.push(column(keys));
             }
-            (_, data_type) => columns.push(data_type.clone()),
+            (_, data_type) => columns.push(column(data_type)),
         }
     }
     (columns, dictionaries)
 }
 
 /// Checks that `batch`'s buffers (`lengths`: their sizes once decompressed) hold what its
-/// nodes say for columns of `types`: Arrow's reader builds arrays from them before it
-/// validates, and panics on a validity bitmap shorter than the rows it covers.
+/// nodes say for `columns`: Arrow's reader builds arrays from them before it validates, and
+/// panics on a validity bitmap shorter than the rows it covers.
 fn check_layout(
     batch: &fb::RecordBatch<'_>,
     lengths: &[usize],
-    types: &[DataType],
-) -> Result<(), String> {
+    columns: &[Column],
+) -> Result<(), ArrowIngestError> {
     let nodes: Vec<_> = batch.nodes().into_iter().flatten().collect();
-    if nodes.len() != types.len() {
-        return Err(format!(
+    if nodes.len() != columns.len() {
+        return Err(unnamed(format!(
             "the batch has {} column nodes; the schema has {} columns",
             nodes.len(),
-            types.len()
-        ));
+            columns.len()
+        )));
     }
     let mut buffers = lengths.iter().copied();
     let mut variadic = batch.variadicBufferCounts().into_iter().flatten();
-    for (column, (node, data_type)) in nodes.iter().zip(types).enumerate() {
-        let fail = |what: String| format!("column {column} ({data_type}): {what}");
+    for (node, Column { name, data_type }) in nodes.iter().zip(columns) {
+        let fail = |what: String| ArrowIngestError::column(name, format!("({data_type}) {what}"));
         let rows = usize::try_from(node.length())
             .map_err(|_| fail(format!("negative length {}", node.length())))?;
         let nulls = usize::try_from(node.null_count())
@@ -373,22 +361,23 @@ fn check_layout(
             .ok_or_else(|| fail(format!("null count {} for {rows} rows", node.null_count())))?;
         // A buffer of `what`, of at least `needed` bytes, in whole elements of `element` bytes
         // (Arrow views a typed buffer as a slice of its type and panics on a partial one).
-        let mut next = |what: &str, needed: Option<usize>, element: usize| -> Result<(), String> {
-            let length = buffers
-                .next()
-                .ok_or_else(|| fail(format!("the batch has no {what} buffer")))?;
-            match needed {
-                None => Err(fail(format!("{rows} rows are too many"))),
-                Some(needed) if length < needed => Err(fail(format!(
+        let mut next =
+            |what: &str, needed: Option<usize>, element: usize| -> Result<(), ArrowIngestError> {
+                let length = buffers
+                    .next()
+                    .ok_or_else(|| fail(format!("the batch has no {what} buffer")))?;
+                match needed {
+                    None => Err(fail(format!("{rows} rows are too many"))),
+                    Some(needed) if length < needed => Err(fail(format!(
                     "a {what} buffer of {length} bytes cannot hold {rows} rows ({needed} needed)"
                 ))),
-                Some(_) if length % element != 0 => Err(fail(format!(
-                    "a {what} buffer of {length} bytes is not a whole number of \
+                    Some(_) if length % element != 0 => Err(fail(format!(
+                        "a {what} buffer of {length} bytes is not a whole number of \
                      {element}-byte values"
-                ))),
-                Some(_) => Ok(()),
-            }
-        };
+                    ))),
+                    Some(_) => Ok(()),
+                }
+            };
         next(
             "validity",
             Some(if nulls > 0 { rows.div_ceil(8) } else { 0 }),
@@ -434,9 +423,9 @@ fn check_layout(
     }
     // Arrow's reader asserts that every count is used.
     if variadic.next().is_some() {
-        return Err(
-            "the batch counts data buffers for more string-view columns than it has".into(),
-        );
+        return Err(unnamed(
+            "the batch counts data buffers for more string-view columns than it has",
+        ));
     }
     Ok(())
 }
@@ -629,6 +618,8 @@ mod tests {
                 .contains("validity buffer of 0 bytes cannot hold 4 rows"),
             "{e}"
         );
+        assert_eq!(e.column.as_deref(), Some("v"), "{e}");
+        assert!(e.message.contains("column \"v\""), "{e}");
     }
 
     /// The byte length of the first (schema) message, framing included.

@@ -19,8 +19,9 @@
 //!   hour unused; a handle works only for the caller that created it.
 //! - Bulk ingest (`CommandStatementIngest`, what ADBC's `adbc_ingest` sends): every message is
 //!   checked before Arrow's decoder sees it (`quiver_ingest::arrow_ipc::MessageChecker`: the
-//!   schema's types, buffer bounds and sizes; LZ4-compressed batches refused, ZSTD ones bounded),
-//!   then each Arrow batch is converted to the data model (see `quiver_ingest::arrow_ingest`) and written through
+//!   schema's types, buffer bounds and sizes; LZ4-compressed batches refused, ZSTD ones
+//!   bounded; an error names the message, 0 being the schema, and the column), then each Arrow
+//!   batch is converted to the data model (see `quiver_ingest::arrow_ingest`) and written through
 //!   the same WAL path as line protocol, acknowledged once durable. Batches are applied one by
 //!   one: after an error the earlier batches stay written, and the error says how many rows.
 //!   Modes create, append and create_append; replace and temporary tables are refused.
@@ -702,15 +703,19 @@ impl FlightSqlService for QuiverFlightSql {
             .into_inner()
             .into_peekable()
             .map_err(FlightError::from)
-            .map(move |data| {
+            .enumerate()
+            .map(move |(index, data)| {
                 let data = data?;
+                let refused = |what: String| {
+                    FlightError::DecodeError(format!("Arrow IPC message {index}: {what}"))
+                };
                 let claimed = checker
                     .check(&data.data_header, &data.data_body)
-                    .map_err(|e| FlightError::DecodeError(e.message))?;
+                    .map_err(|e| refused(e.message))?;
                 if claimed > max_uncompressed {
-                    return Err(FlightError::DecodeError(format!(
-                        "a message's compressed buffers claim {claimed} bytes uncompressed; at \
-                         most {max_uncompressed} are accepted"
+                    return Err(refused(format!(
+                        "its compressed buffers claim {claimed} bytes uncompressed; at most \
+                         {max_uncompressed} are accepted"
                     )));
                 }
                 Ok(data)
