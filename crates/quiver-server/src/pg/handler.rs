@@ -373,7 +373,7 @@ impl PgHandler {
         let name = encoding_name(format, fields.len());
         let field_count = fields.len() as i16;
         if let Some(encoded) = self.queries.encoding(&cached, &name) {
-            let rows = kept_rows(encoded, field_count).map(|row| {
+            let rows = kept_rows(&encoded, field_count).map(|row| {
                 row.ok_or_else(|| error(sqlstate::INTERNAL_ERROR, "a kept row encoding is cut"))
             });
             return futures::stream::iter(rows).boxed();
@@ -393,7 +393,7 @@ impl PgHandler {
         });
         let queries = self.queries.clone();
         let keep = futures::stream::once(async move {
-            if let Some(encoded) = recorder.lock().take().finish() {
+            if let Some(encoded) = recorder.lock().finish() {
                 queries.keep_encoding(&cached, &name, encoded);
             }
             None

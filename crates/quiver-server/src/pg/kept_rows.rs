@@ -51,7 +51,7 @@ impl RowRecorder {
             return;
         }
         let Ok(length) = u32::try_from(row.data.len()) else {
-            self.complete = false;
+            self.abandon();
             return;
         };
         if self.encoded.len() + 4 + row.data.len() > self.max_bytes {
@@ -68,30 +68,23 @@ impl RowRecorder {
         self.encoded = BytesMut::new();
     }
 
-    /// Takes the recording out, leaving an abandoned one in its place.
-    pub(super) fn take(&mut self) -> RowRecorder {
-        std::mem::replace(
-            self,
-            RowRecorder {
-                encoded: BytesMut::new(),
-                max_bytes: 0,
-                complete: false,
-            },
-        )
-    }
-
     /// Every row recorded, or `None` if the recording went over its limit or was abandoned.
-    pub(super) fn finish(self) -> Option<Bytes> {
-        self.complete.then(|| self.encoded.freeze())
+    /// The recording is taken out: the recorder is left abandoned.
+    pub(super) fn finish(&mut self) -> Option<Bytes> {
+        let complete = std::mem::replace(&mut self.complete, false);
+        let encoded = std::mem::take(&mut self.encoded);
+        complete.then(|| encoded.freeze())
     }
 }
 
 /// The rows of a kept encoding, in order, as `DataRow` messages of `field_count` fields.
 /// `None` for a row whose length runs past the end (never produced by [`RowRecorder`]).
+/// The encoding is copied once; the rows are views into that copy (no allocation per row).
 pub(super) fn kept_rows(
-    mut encoded: Bytes,
+    encoded: &Bytes,
     field_count: i16,
 ) -> impl Iterator<Item = Option<DataRow>> + Send {
+    let mut encoded = BytesMut::from(&encoded[..]);
     std::iter::from_fn(move || {
         if encoded.is_empty() {
             return None;
@@ -105,8 +98,7 @@ pub(super) fn kept_rows(
             encoded.clear();
             return Some(None);
         }
-        let data = BytesMut::from(&encoded.split_to(length)[..]);
-        Some(Some(DataRow::new(data, field_count)))
+        Some(Some(DataRow::new(encoded.split_to(length), field_count)))
     })
 }
 
@@ -129,7 +121,7 @@ mod tests {
         for data in rows {
             recorder.record(&row(data));
         }
-        let back: Vec<_> = kept_rows(recorder.finish().unwrap(), 2)
+        let back: Vec<_> = kept_rows(&recorder.finish().unwrap(), 2)
             .map(|r| r.expect("whole row"))
             .collect();
         assert_eq!(back.len(), 3);
@@ -155,7 +147,7 @@ mod tests {
         recorder.record(&row(b"abcdef"));
         let encoded = recorder.finish().unwrap();
         let cut = encoded.slice(..encoded.len() - 1);
-        let back: Vec<_> = kept_rows(cut, 2).collect();
+        let back: Vec<_> = kept_rows(&cut, 2).collect();
         assert_eq!(back.len(), 1);
         assert!(back[0].is_none());
     }
@@ -174,7 +166,7 @@ mod tests {
             match recorder.finish() {
                 Some(encoded) => {
                     proptest::prop_assert!(needed <= max_bytes);
-                    let back: Vec<Vec<u8>> = kept_rows(encoded, 2)
+                    let back: Vec<Vec<u8>> = kept_rows(&encoded, 2)
                         .map(|r| r.expect("whole row").data.to_vec())
                         .collect();
                     proptest::prop_assert_eq!(back, rows);
