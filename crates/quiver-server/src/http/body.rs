@@ -152,17 +152,11 @@ fn magic_decoder(
     mut reader: Box<dyn Read + Send>,
     limit: usize,
 ) -> Result<Box<dyn Read + Send>, ApiError> {
-    let mut head = [0u8; 4];
-    let mut seen = 0;
-    while seen < head.len() {
-        match reader.read(&mut head[seen..]) {
-            Ok(0) => break,
-            Ok(n) => seen += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(body_error(e)),
-        }
-    }
-    let head = &head[..seen];
+    let mut head = Vec::with_capacity(4);
+    (&mut reader)
+        .take(4)
+        .read_to_end(&mut head)
+        .map_err(body_error)?;
     let encoding = if head.starts_with(&[0x1f, 0x8b]) {
         Encoding::Gzip
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
@@ -170,7 +164,7 @@ fn magic_decoder(
     } else {
         Encoding::Identity
     };
-    let whole = Box::new(std::io::Cursor::new(head.to_vec()).chain(reader));
+    let whole = Box::new(std::io::Cursor::new(head).chain(reader));
     decoder(encoding, whole, limit)
 }
 
@@ -274,20 +268,13 @@ pub struct BodyStream {
 }
 
 impl BodyStream {
-    /// Appends up to `max` more bytes of the body to `out`; returns how many (0 at the end).
-    /// An error is the answer the request should end with.
+    /// Appends the next `max` bytes of the body to `out` (fewer only at its end); returns how
+    /// many (0 at the end). An error is the answer the request should end with.
     pub fn read_into(&mut self, out: &mut Vec<u8>, max: usize) -> Result<usize, ApiError> {
-        let start = out.len();
-        out.resize(start + max, 0);
-        let read = loop {
-            match self.reader.read(&mut out[start..]) {
-                Ok(n) => break Ok(n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(body_error(e)),
-            }
-        };
-        out.truncate(start + read.as_ref().copied().unwrap_or(0));
-        read
+        (&mut self.reader)
+            .take(max as u64)
+            .read_to_end(out)
+            .map_err(body_error)
     }
 }
 
@@ -297,9 +284,9 @@ const SEND_BYTES: usize = 256 << 10;
 /// Runs `consume` on a blocking thread with the body, decompressed, as it arrives: the body
 /// is never held whole. Compression is recognised by `Content-Encoding` and then, on what
 /// that gives, by the gzip or zstd magic bytes. At most `limit` bytes as sent and after each
-/// decompression (413 beyond). If `consume` is done before the body is (an error early in it), the rest is read
-/// and discarded (within [`DRAIN_LIMIT_BYTES`] and [`DRAIN_TIMEOUT`]) so that the client, still
-/// sending, can read the answer.
+/// decompression (413 beyond). If `consume` is done before the body is (an error early in
+/// it), the rest is read and discarded (within [`DRAIN_LIMIT_BYTES`] and [`DRAIN_TIMEOUT`]) so
+/// that the client, still sending, can read the answer.
 pub async fn stream_body<T: Send + 'static>(
     headers: &HeaderMap,
     mut body: Body,
