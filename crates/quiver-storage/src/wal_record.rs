@@ -160,43 +160,43 @@ mod tests {
         out
     }
 
-    #[test]
-    fn parts_hold_the_same_bytes_as_one_stream_writer_buffer() {
+    /// The tables of `lp` (nanosecond times, new tables).
+    fn decoded(lp: &str) -> Vec<DecodedTable> {
         let options = DecodeOptions {
             precision: Precision::Nanosecond,
             default_time_ns: 0,
             max_reported_errors: 10,
         };
-        let lp = "cpu,host=a,dc=x usage=1.5,n=2i 1\ncpu,host=b usage=2.5 2\nm v=1 3\n";
         let decoded = decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables);
-        let parts: Vec<u8> = encode("db", &decoded.tables)
+        assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
+        decoded.tables
+    }
+
+    /// The record of one write, as the log holds it (its parts back to back).
+    fn logged(database: &str, tables: &[DecodedTable]) -> Vec<u8> {
+        encode(database, tables)
             .unwrap()
             .parts()
             .flatten()
             .copied()
-            .collect();
-        assert_eq!(parts, as_one_buffer("db", &decoded.tables));
+            .collect()
+    }
+
+    #[test]
+    fn parts_hold_the_same_bytes_as_one_stream_writer_buffer() {
+        let tables = decoded("cpu,host=a,dc=x usage=1.5,n=2i 1\ncpu,host=b usage=2.5 2\nm v=1 3\n");
+        assert_eq!(logged("db", &tables), as_one_buffer("db", &tables));
     }
 
     #[test]
     fn round_trips_and_rejects_damage() {
-        let options = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
-        let lp = "cpu,host=a usage=1.5,n=2i 1\nmem,host=b free=3u,ok=true,s=\"x\" 2\n";
-        let decoded = decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables);
-        let payload: Vec<u8> = encode("metrics", &decoded.tables)
-            .unwrap()
-            .parts()
-            .flatten()
-            .copied()
-            .collect();
+        let written =
+            decoded("cpu,host=a usage=1.5,n=2i 1\nmem,host=b free=3u,ok=true,s=\"x\" 2\n");
+        let payload = logged("metrics", &written);
         let (database, tables) = decode(&payload).unwrap();
         assert_eq!(database, "metrics");
         assert_eq!(tables.len(), 2);
-        for (a, b) in tables.iter().zip(&decoded.tables) {
+        for (a, b) in tables.iter().zip(&written) {
             assert_eq!(a.name, b.name);
             assert_eq!(a.batch, b.batch);
         }

@@ -3,9 +3,10 @@
 //! `i64::MAX` make it `UInt64`, a float makes it `Float64`; booleans are their own type, and
 //! strings are dictionary-encoded (`Dictionary(Int32, Utf8)`, the data model's tag type: most
 //! string columns of metrics are tags, which then need no conversion, and a repeated value is
-//! stored once; a string field is unpacked at the end). A promotion converts the values appended so far, once, and only where nothing is
-//! lost; anything else (a string among numbers, a negative number among values above
-//! `i64::MAX`, an integer a float cannot hold exactly) is an error naming the value.
+//! stored once; a string field is unpacked at the end). A promotion converts the values
+//! appended so far, once, and only where nothing is lost; anything else (a string among
+//! numbers, a negative number among values above `i64::MAX`, an integer a float cannot hold
+//! exactly) is an error naming the value.
 //!
 //! The table's own schema is applied afterwards ([`super::table`]), on whole arrays.
 
