@@ -29,96 +29,21 @@ attached to the failure report.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import pytest
-import requests
+
+from quiver_testlib import free_ports, log_tail, stop_process, wait_for_health
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "quiver"
 
-STARTUP_TIMEOUT_S = 60.0
-SHUTDOWN_TIMEOUT_S = 10.0
-LOG_TAIL_LINES = 80
-
 # Log file of the server started by this session, if any; read by the
 # report hook below to attach the log tail to failing tests.
 _server_log: Path | None = None
-
-
-def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
-
-    All sockets are held open until every port is chosen, so the ports are
-    distinct; another process may still grab one before the server binds it,
-    which is an accepted (rare) race.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """Return the last ``lines`` lines of a log file (or a note if it is missing)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"<could not read {path}: {exc}>"
-    tail = text.splitlines()[-lines:]
-    return "\n".join(tail) if tail else "<server log is empty>"
-
-
-def _wait_for_health(proc: subprocess.Popen, base_url: str, log_path: Path) -> None:
-    """Poll ``/health`` until it answers 200; fail if the server exits or times out."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    last_error = "no attempt yet"
-    while time.monotonic() < deadline:
-        code = proc.poll()
-        if code is not None:
-            pytest.fail(
-                f"quiver server exited with code {code} before becoming healthy.\n"
-                f"--- server log ({log_path}) ---\n{log_tail(log_path)}",
-                pytrace=False,
-            )
-        try:
-            resp = requests.get(f"{base_url}/health", timeout=2)
-            if resp.status_code == 200:
-                return
-            last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"
-        except requests.RequestException as exc:
-            last_error = repr(exc)
-        time.sleep(0.1)
-    _stop(proc)
-    pytest.fail(
-        f"quiver server did not become healthy within {STARTUP_TIMEOUT_S:.0f}s "
-        f"(last error: {last_error}).\n"
-        f"--- server log ({log_path}) ---\n{log_tail(log_path)}",
-        pytrace=False,
-    )
-
-
-def _stop(proc: subprocess.Popen) -> int:
-    """SIGTERM the server, SIGKILL it after SHUTDOWN_TIMEOUT_S; return its exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
 
 
 _flight_uri: str | None = None
@@ -190,11 +115,11 @@ def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     _server_log = log_path
     try:
-        _wait_for_health(proc, base_url, log_path)
+        wait_for_health(proc, base_url, log_path)
         yield base_url
     finally:
         crashed = proc.poll()
-        _stop(proc)
+        stop_process(proc)
         _server_log = None
     if crashed is not None:
         pytest.fail(
@@ -202,6 +127,77 @@ def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"--- server log ({log_path}) ---\n{log_tail(log_path)}",
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session")
+def quiver_bin() -> Path:
+    """The server binary the tests run (``QUIVER_BIN``, or the debug build)."""
+    binary = Path(os.environ.get("QUIVER_BIN", DEFAULT_BIN))
+    if not binary.is_file():
+        pytest.fail(f"quiver binary not found at {binary}; build it first or set QUIVER_BIN",
+                    pytrace=False)
+    return binary
+
+
+@dataclass
+class SpawnedServer:
+    """A server started by ``spawn_quiver``: its process, addresses and log."""
+
+    proc: subprocess.Popen
+    http_url: str
+    flight_uri: str
+    pg_port: int
+    log_path: Path
+
+    def stop(self) -> int:
+        """SIGTERM (then SIGKILL) the server and return its exit code."""
+        return stop_process(self.proc)
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+DEFAULT_PORTS = (8086, 8815, 5433)
+
+
+@pytest.fixture
+def spawn_quiver(tmp_path: Path, quiver_bin: Path) -> Iterator[Callable[..., SpawnedServer]]:
+    """A factory that starts ``quiver serve ARGS`` the way a user would: in ``cwd``, with the
+    environment's ``QUIVER_*`` variables removed (then ``env`` added), on free ports passed as
+    flags, or with no address flags at all when ``default_ports`` (the README's command).
+    It waits for ``/health`` unless ``wait`` is false; every server it started is stopped at
+    the end of the test."""
+    started: list[SpawnedServer] = []
+
+    def spawn(*args: str, cwd: Path, env: dict[str, str] | None = None,
+              default_ports: bool = False, wait: bool = True) -> SpawnedServer:
+        if default_ports:
+            http_port, flight_port, pg_port = DEFAULT_PORTS
+            address_flags: list[str] = []
+        else:
+            http_port, flight_port, pg_port = free_ports(3)
+            address_flags = ["--http-addr", f"127.0.0.1:{http_port}",
+                             "--flight-addr", f"127.0.0.1:{flight_port}",
+                             "--pg-addr", f"127.0.0.1:{pg_port}"]
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+        environment.setdefault("RUST_BACKTRACE", "1")
+        environment.update(env or {})
+        log_path = tmp_path / f"quiver-{len(started)}.log"
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen([str(quiver_bin), "serve", *address_flags, *args], cwd=cwd,
+                                    stdin=subprocess.DEVNULL, stdout=log_file,
+                                    stderr=subprocess.STDOUT, env=environment)
+        server = SpawnedServer(proc, f"http://127.0.0.1:{http_port}",
+                               f"grpc://127.0.0.1:{flight_port}", pg_port, log_path)
+        started.append(server)
+        if wait:
+            wait_for_health(proc, server.http_url, log_path)
+        return server
+
+    yield spawn
+    for server in started:
+        server.stop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,5 +1,7 @@
 """Shared helpers for Quiver's Python end-to-end tests.
 
+* Server processes: free ports, waiting for ``/health``, stopping with SIGTERM
+  then SIGKILL, the tail of a server's log.
 * HTTP helpers for the InfluxDB-3-compatible API: writing line protocol and
   running SQL with ``format=arrow`` (Arrow IPC stream) or ``format=json``.
 * Normalisation of query results from either engine (Quiver via Arrow, DuckDB
@@ -15,10 +17,16 @@ import decimal
 import gzip as gzip_lib
 import math
 import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 import requests
 
 ARROW_STREAM_MIME = "application/vnd.apache.arrow.stream"
@@ -26,6 +34,85 @@ FLOAT_TOLERANCE = 1e-9
 HTTP_TIMEOUT_S = 120
 
 Row = tuple[Any, ...]
+
+
+# --------------------------------------------------------------------------
+# Server processes
+# --------------------------------------------------------------------------
+
+STARTUP_TIMEOUT_S = 60.0
+SHUTDOWN_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 80
+
+
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
+
+    All sockets are held open until every port is chosen, so the ports are
+    distinct; another process may still grab one before the server binds it,
+    which is an accepted (rare) race.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Return the last ``lines`` lines of a log file (or a note if it is missing)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<could not read {path}: {exc}>"
+    tail = text.splitlines()[-lines:]
+    return "\n".join(tail) if tail else "<server log is empty>"
+
+
+def wait_for_health(proc: subprocess.Popen, base_url: str, log_path: Path) -> None:
+    """Poll ``/health`` until it answers 200; fail if the server exits or times out."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last_error = "no attempt yet"
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            pytest.fail(
+                f"quiver server exited with code {code} before becoming healthy.\n"
+                f"--- server log ({log_path}) ---\n{log_tail(log_path)}",
+                pytrace=False,
+            )
+        try:
+            resp = requests.get(f"{base_url}/health", timeout=2)
+            if resp.status_code == 200:
+                return
+            last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+        except requests.RequestException as exc:
+            last_error = repr(exc)
+        time.sleep(0.1)
+    stop_process(proc)
+    pytest.fail(
+        f"quiver server did not become healthy within {STARTUP_TIMEOUT_S:.0f}s "
+        f"(last error: {last_error}).\n"
+        f"--- server log ({log_path}) ---\n{log_tail(log_path)}",
+        pytrace=False,
+    )
+
+
+def stop_process(proc: subprocess.Popen) -> int:
+    """SIGTERM the server, SIGKILL it after SHUTDOWN_TIMEOUT_S; return its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 # --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
+use arrow::error::ArrowError;
 use chrono::{DateTime, Utc};
 use datafusion::common::TableReference;
 use datafusion::error::DataFusionError;
@@ -16,10 +17,11 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use parking_lot::Mutex;
-use quiver_storage::Store;
+use quiver_storage::{StorageError, Store};
 
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 
 /// Settings of the SQL engine.
@@ -79,14 +81,66 @@ pub enum QueryError {
 }
 
 impl From<DataFusionError> for QueryError {
+    /// Sorts a failure by whose fault it is: anything in the error's chain that comes from
+    /// reading the data (I/O, the object store, Parquet decoding, the storage layer), a
+    /// failed task or a DataFusion bug is the server's ([`QueryError::Internal`]); exhausted
+    /// memory is [`QueryError::ResourcesExhausted`]; the rest (parse, plan, schema, type and
+    /// arithmetic errors) is the statement's ([`QueryError::Invalid`]).
     fn from(e: DataFusionError) -> Self {
-        match e.find_root() {
-            DataFusionError::ResourcesExhausted(_) => QueryError::ResourcesExhausted(e),
-            DataFusionError::Internal(_) => QueryError::Internal(e),
-            DataFusionError::IoError(_) => QueryError::Internal(e),
-            _ => QueryError::Invalid(e),
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        let mut resources = false;
+        while let Some(error) = cause {
+            match fault_of(error) {
+                Some(Fault::Server) => return QueryError::Internal(e),
+                Some(Fault::Resources) => resources = true,
+                None => {}
+            }
+            cause = error.source();
+        }
+        if resources {
+            QueryError::ResourcesExhausted(e)
+        } else {
+            QueryError::Invalid(e)
         }
     }
+}
+
+/// Whose fault one error of a chain says a failure is, when it says.
+enum Fault {
+    /// The server could not read its own data, or failed itself.
+    Server,
+    /// The query needed more memory than allowed.
+    Resources,
+}
+
+fn fault_of(error: &(dyn std::error::Error + 'static)) -> Option<Fault> {
+    if let Some(e) = error.downcast_ref::<DataFusionError>() {
+        return match e {
+            DataFusionError::ResourcesExhausted(_) => Some(Fault::Resources),
+            DataFusionError::Internal(_)
+            | DataFusionError::IoError(_)
+            | DataFusionError::ObjectStore(_)
+            | DataFusionError::ParquetError(_)
+            | DataFusionError::ExecutionJoin(_) => Some(Fault::Server),
+            _ => None,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<ArrowError>() {
+        return match e {
+            ArrowError::IoError(..) | ArrowError::ParquetError(_) | ArrowError::IpcError(_) => {
+                Some(Fault::Server)
+            }
+            ArrowError::MemoryError(_) => Some(Fault::Resources),
+            _ => None,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<StorageError>() {
+        return e.is_server_fault().then_some(Fault::Server);
+    }
+    let server = error.is::<std::io::Error>()
+        || error.is::<datafusion::object_store::Error>()
+        || error.is::<datafusion::parquet::errors::ParquetError>();
+    server.then_some(Fault::Server)
 }
 
 /// The result of a query: its schema (known before the first row) and its rows, streamed.
@@ -133,6 +187,9 @@ impl QueryEngine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.memory_limit_bytes, 1.0)
             .build_arc()?;
+        if let Some(data_dir) = store.data_dir() {
+            crate::provider::register_data_store(&runtime, data_dir)?;
+        }
         let config = session_config(&options);
         let settings = config.options();
         let semantic_settings = format!(
@@ -262,19 +319,25 @@ impl QueryEngine {
         if let Some(now) = options.now {
             state.execution_props_mut().query_execution_start_time = Some(now);
         }
-        let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
-        datafusion::execution::context::SQLOptions::new()
-            .with_allow_ddl(false)
-            .with_allow_dml(false)
-            .with_allow_statements(false)
-            .verify_plan(&plan)?;
-        if let Some(params) = options.params.to_param_values() {
-            plan = plan.with_param_values(params)?;
-        }
-        let schema = Arc::new(plan.schema().as_arrow().clone());
-        let physical = state.create_physical_plan(&plan).await?;
-        let stream = execute_stream(physical, state.task_ctx())?;
-        Ok(QueryOutput { schema, stream })
+        let started = guard_future("planning the query", async {
+            let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
+            datafusion::execution::context::SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_dml(false)
+                .with_allow_statements(false)
+                .verify_plan(&plan)?;
+            if let Some(params) = options.params.to_param_values() {
+                plan = plan.with_param_values(params)?;
+            }
+            let schema = Arc::new(plan.schema().as_arrow().clone());
+            let physical = state.create_physical_plan(&plan).await?;
+            let stream = execute_stream(physical, state.task_ctx())?;
+            Ok(QueryOutput {
+                schema,
+                stream: guard_stream(stream),
+            })
+        });
+        Ok(started.await?)
     }
 
     /// The output schema of an analysed statement and its placeholders' types (`None` where
@@ -284,7 +347,11 @@ impl QueryEngine {
         analysis: &QueryAnalysis,
     ) -> Result<StatementDescription, QueryError> {
         let state = self.context(&analysis.database)?.state();
-        let plan = state.statement_to_plan(analysis.statement.clone()).await?;
+        let plan = guard_future(
+            "describing the statement",
+            state.statement_to_plan(analysis.statement.clone()),
+        )
+        .await?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         let mut parameters: Vec<(String, Option<DataType>)> =
             plan.get_parameter_types()?.into_iter().collect();
@@ -366,5 +433,85 @@ fn is_read_only(statement: &DFStatement) -> bool {
         DFStatement::CreateExternalTable(_) | DFStatement::CopyTo(_) | DFStatement::Reset(_) => {
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn classify(e: DataFusionError) -> &'static str {
+        match QueryError::from(e) {
+            QueryError::Internal(_) => "internal",
+            QueryError::Invalid(_) => "invalid",
+            QueryError::ResourcesExhausted(_) => "resources",
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn missing_file() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "tables/m/1/x.parquet")
+    }
+
+    #[test]
+    fn failures_reading_the_data_are_the_servers_fault_wherever_they_hide() {
+        let object_store = datafusion::object_store::Error::NotFound {
+            path: "tables/m/1/x.parquet".into(),
+            source: Box::new(missing_file()),
+        };
+        let cases = [
+            DataFusionError::ObjectStore(Box::new(object_store)),
+            DataFusionError::IoError(missing_file()),
+            DataFusionError::ParquetError(Box::new(
+                datafusion::parquet::errors::ParquetError::EOF("footer".into()),
+            )),
+            DataFusionError::Internal("bug".into()),
+            // wrapped the way DataFusion and our table provider wrap them
+            DataFusionError::Context(
+                "reading".into(),
+                Box::new(DataFusionError::External(Box::new(StorageError::io(
+                    std::path::Path::new("/d/tables"),
+                    missing_file(),
+                )))),
+            ),
+            DataFusionError::ArrowError(
+                Box::new(ArrowError::ExternalError(Box::new(missing_file()))),
+                None,
+            ),
+            DataFusionError::Shared(Arc::new(DataFusionError::ArrowError(
+                Box::new(ArrowError::ParquetError("corrupt page".into())),
+                None,
+            ))),
+        ];
+        for case in cases {
+            let text = case.to_string();
+            assert_eq!(classify(case), "internal", "{text}");
+        }
+    }
+
+    #[test]
+    fn the_statements_own_errors_stay_the_callers_fault() {
+        let cases = [
+            DataFusionError::Plan("no such column".into()),
+            DataFusionError::ArrowError(Box::new(ArrowError::DivideByZero), None),
+            DataFusionError::ArrowError(Box::new(ArrowError::CastError("'x' as int".into())), None),
+            DataFusionError::Execution("bad argument".into()),
+            DataFusionError::NotImplemented("LATERAL".into()),
+            DataFusionError::External(Box::new(StorageError::InvalidTableName {
+                name: String::new(),
+                reason: "it is empty",
+            })),
+        ];
+        for case in cases {
+            let text = case.to_string();
+            assert_eq!(classify(case), "invalid", "{text}");
+        }
+        let memory = DataFusionError::Context(
+            "sorting".into(),
+            Box::new(DataFusionError::ResourcesExhausted("1 GB".into())),
+        );
+        assert_eq!(classify(memory), "resources");
     }
 }

@@ -9,6 +9,7 @@ mod analyze;
 mod catalog;
 mod dedup_exec;
 mod engine;
+mod panic_guard;
 mod params;
 mod provider;
 

@@ -31,10 +31,12 @@ use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{
     Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
+use datafusion::object_store::local::LocalFileSystem;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::empty::EmptyExec;
@@ -46,6 +48,25 @@ use quiver_ingest::schema::TIME_COLUMN;
 use quiver_storage::{series_key_and_fields, ParquetFile, StorageError, Table, TableSnapshot};
 
 use crate::dedup_exec::DeduplicateExec;
+
+/// The object store that holds a durable store's files: its data directory, registered in
+/// the engine's runtime (see [`register_data_store`]). Files are addressed by their
+/// catalog-relative paths ([`quiver_storage::FileEntry::path`]), so nothing about the data
+/// directory's own path (relative, symlinked, spaces, `%`, unicode) reaches DataFusion, and
+/// another object store (S3-compatible, say) can take its place.
+const DATA_STORE_URL: &str = "quiver://data/";
+
+/// The URL under which [`register_data_store`] registered the data directory.
+fn data_store_url() -> ObjectStoreUrl {
+    ObjectStoreUrl::parse(DATA_STORE_URL).expect("a valid object store URL")
+}
+
+/// Registers `data_dir` in `runtime` as the object store the table scans read files from.
+pub(crate) fn register_data_store(runtime: &RuntimeEnv, data_dir: &std::path::Path) -> Result<()> {
+    let store = LocalFileSystem::new_with_prefix(data_dir)?;
+    runtime.register_object_store(data_store_url().as_ref(), Arc::new(store));
+    Ok(())
+}
 
 /// Name of the column that carries a source's write order into the merge.
 const SOURCE_COLUMN: &str = "__quiver_source";
@@ -208,11 +229,10 @@ impl Scan<'_> {
         if let Some(predicate) = predicate {
             source = source.with_predicate(predicate);
         }
-        let config =
-            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
-                .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
-                .with_projection_indices(self.projection.cloned())?
-                .build();
+        let config = FileScanConfigBuilder::new(data_store_url(), Arc::new(source))
+            .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+            .with_projection_indices(self.projection.cloned())?
+            .build();
         Ok(DataSourceExec::from_data_source(config))
     }
 
@@ -296,12 +316,11 @@ impl Scan<'_> {
         if let Some(predicate) = self.time_range_predicate(full)? {
             source = source.with_predicate(predicate);
         }
-        let config =
-            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
-                .with_file(partitioned_file(file))
-                .with_output_ordering(vec![ordering.clone()])
-                .with_projection_indices(Some(wanted.to_vec()))?
-                .build();
+        let config = FileScanConfigBuilder::new(data_store_url(), Arc::new(source))
+            .with_file(partitioned_file(file))
+            .with_output_ordering(vec![ordering.clone()])
+            .with_projection_indices(Some(wanted.to_vec()))?
+            .build();
         Ok(DataSourceExec::from_data_source(config))
     }
 
@@ -370,9 +389,9 @@ fn is_time_range(expr: &Expr) -> bool {
     }
 }
 
+/// A file as the data store addresses it: by its catalog-relative path.
 fn partitioned_file(file: &ParquetFile) -> PartitionedFile {
-    let path = file.path.to_string_lossy();
-    PartitionedFile::new(path.trim_start_matches('/').to_string(), file.entry.bytes)
+    PartitionedFile::new(file.entry.path.clone(), file.entry.bytes)
 }
 
 /// Every tag then time, ascending with nulls first (storage's sort order), plus the source

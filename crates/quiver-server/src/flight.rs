@@ -354,7 +354,7 @@ impl QuiverFlightSql {
                 schema,
                 output
                     .stream
-                    .map_err(|e| FlightError::ExternalError(Box::new(e)))
+                    .map_err(|e| FlightError::Tonic(Box::new(query_status(&QueryError::from(e)))))
                     .boxed(),
                 types,
             ))),
@@ -446,9 +446,14 @@ fn database_of(metadata: &MetadataMap) -> Result<String, Status> {
         })
 }
 
-/// A query error as a gRPC status, classified as the HTTP API classifies it.
+/// A query error as a gRPC status, classified as the HTTP API classifies it; the server's
+/// own failures (`INTERNAL`) are logged.
 fn query_status(e: &QueryError) -> Status {
-    ApiError::from(e).to_grpc()
+    let status = ApiError::from(e).to_grpc();
+    if status.code() == tonic::Code::Internal {
+        tracing::error!(error = %e, "Flight SQL query failed");
+    }
+    status
 }
 
 /// A `FlightInfo` for `schema` whose one endpoint's ticket is `command`.

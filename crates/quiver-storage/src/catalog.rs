@@ -197,6 +197,38 @@ pub fn create_dir_durably(dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// The lock file's name inside the data directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// An exclusive lock on a data directory, held while the file stays open: two processes
+/// writing one catalog and one WAL would destroy each other's files (each deletes the files
+/// its catalog does not name). The operating system releases it when the process dies, so a
+/// crash never leaves a stale lock behind.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    /// Locks `data_dir`, or fails saying that another process holds it.
+    pub fn acquire(data_dir: &Path) -> Result<Self, StorageError> {
+        let path = data_dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| StorageError::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataDirLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StorageError::DataDirInUse {
+                data_dir: data_dir.to_path_buf(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(StorageError::io(&path, e)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,6 +82,15 @@ pub enum StorageError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// Another process (a second server) has the data directory open.
+    #[error("data directory {} is in use by another Quiver process (it holds {}/LOCK); stop that process or choose another data_dir", data_dir.display(), data_dir.display())]
+    DataDirInUse {
+        /// The data directory.
+        data_dir: std::path::PathBuf,
+    },
+    /// The store was closed (the server is stopping): nothing more is written.
+    #[error("the store is closed: the server is stopping")]
+    Closed,
     /// The catalog file is unreadable or inconsistent.
     #[error("catalog: {0}")]
     Catalog(String),
@@ -101,6 +110,29 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// True when the server, not the request, is at fault: its files, log, catalog or a
+    /// bug. The request may be retried or the operator alerted; it was not malformed.
+    pub fn is_server_fault(&self) -> bool {
+        match self {
+            StorageError::Wal(e) => !matches!(e, quiver_wal::WalError::RecordTooLarge { .. }),
+            StorageError::Arrow(_)
+            | StorageError::CorruptRecord(_)
+            | StorageError::Io { .. }
+            | StorageError::DataDirInUse { .. }
+            | StorageError::Closed
+            | StorageError::Catalog(_)
+            | StorageError::Parquet(_)
+            | StorageError::BufferFull { .. } => true,
+            StorageError::InvalidDatabaseName { .. }
+            | StorageError::InvalidTableName { .. }
+            | StorageError::SchemaConflict { .. }
+            | StorageError::UnsupportedColumn { .. }
+            | StorageError::TooManyColumns { .. }
+            | StorageError::TooManyTables { .. }
+            | StorageError::TooManyDatabases { .. } => false,
+        }
+    }
+
     /// An I/O error on `path`.
     pub fn io(path: &std::path::Path, source: std::io::Error) -> Self {
         StorageError::Io {

@@ -220,12 +220,15 @@ impl Apply<PreparedRows> for ApplyToTables {
 
 /// The Parquet side of a durable store.
 struct Persistence {
+    /// The data directory, absolute and free of symlinks (see [`Store::open`]).
     data_dir: PathBuf,
     options: PersistOptions,
     /// The catalog as last written.
     catalog: Mutex<CatalogState>,
-    /// One persist at a time (the background thread or [`Store::persist_now`]).
-    running: Mutex<()>,
+    /// One persist at a time (the background thread or [`Store::persist_now`]). Holds the
+    /// data directory's lock (one process per directory) until [`Store::close`] releases it;
+    /// `None` once closed, when nothing may be written any more.
+    running: Mutex<Option<catalog::DataDirLock>>,
     /// The last persist's error, cleared by the next success.
     last_error: Mutex<Option<String>>,
     stats: Mutex<PersistStats>,
@@ -267,15 +270,20 @@ impl Store {
         }
     }
 
-    /// A durable store in `options.data_dir`: loads the catalog, deletes orphaned files,
-    /// replays the WAL records the catalog does not cover, then accepts writes (each
+    /// A durable store in `options.data_dir`: creates the directory, makes its path absolute
+    /// (symlinks resolved, so every path derived from it holds whatever the working
+    /// directory is), locks it against a second process, loads the catalog, deletes orphaned
+    /// files, replays the WAL records the catalog does not cover, then accepts writes (each
     /// acknowledged as durable as it asks) and persists the buffer in the background.
     pub fn open(
         limits: StoreLimits,
-        options: StoreOptions,
+        mut options: StoreOptions,
     ) -> Result<(Arc<Store>, OpenSummary), StorageError> {
         options.persist.validate().map_err(StorageError::Catalog)?;
         catalog::create_dir_durably(&options.data_dir)?;
+        options.data_dir = std::fs::canonicalize(&options.data_dir)
+            .map_err(|e| StorageError::io(&options.data_dir, e))?;
+        let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
         let state = catalog::load(&options.data_dir)?;
         let (databases, known) = restore_databases(&options.data_dir, &state, &limits)?;
         let orphans_removed = persist::remove_orphans(&options.data_dir, &known)?;
@@ -290,7 +298,7 @@ impl Store {
                 data_dir: options.data_dir.clone(),
                 options: options.persist.clone(),
                 catalog: Mutex::new(state),
-                running: Mutex::new(()),
+                running: Mutex::new(Some(lock)),
                 last_error: Mutex::new(None),
                 stats: Mutex::new(PersistStats::default()),
                 thread: Mutex::new(None),
@@ -320,6 +328,12 @@ impl Store {
             orphans_removed,
         };
         Ok((store, summary))
+    }
+
+    /// The absolute data directory of a durable store (catalog-relative file paths such as
+    /// [`FileEntry::path`] are relative to it); `None` for a memory-only store.
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.persistence.as_ref().map(|p| p.data_dir.as_path())
     }
 
     fn replay_record(&self, seq: u64, payload: &[u8]) -> Result<(), StorageError> {
@@ -465,7 +479,10 @@ impl Store {
         let Some(persistence) = &self.persistence else {
             return Ok(PersistSummary::default());
         };
-        let _one_at_a_time = persistence.running.lock();
+        let one_at_a_time = persistence.running.lock();
+        if one_at_a_time.is_none() {
+            return Err(StorageError::Closed);
+        }
         let (through_seq, frozen) = self.freeze_all();
         let mut state = persistence.catalog.lock().clone();
         if frozen.is_empty() {
@@ -567,7 +584,8 @@ impl Store {
     }
 
     /// Stops the persister (letting a running persist finish), then the WAL's commit thread
-    /// after syncing what it holds; later writes fail.
+    /// after syncing what it holds, then releases the data directory's lock; later writes
+    /// and persists fail.
     pub fn close(&self) {
         if let Some(persistence) = &self.persistence {
             self.buffer.signal.lock().shutdown = true;
@@ -578,6 +596,9 @@ impl Store {
         }
         if let Some(wal) = self.wal.get() {
             wal.close();
+        }
+        if let Some(persistence) = &self.persistence {
+            persistence.running.lock().take();
         }
     }
 }
@@ -1147,6 +1168,27 @@ mod tests {
         let (store, summary) = open(dir.path());
         assert_eq!(summary.replayed_records, 0);
         assert_eq!(all_rows(&store, "m", "cpu"), after);
+    }
+
+    #[test]
+    fn one_store_per_data_directory_until_it_is_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, _) = open(dir.path());
+        write(&first, "m", "cpu v=1 1");
+        let alias = dir.path().join("./.");
+        let err = Store::open(StoreLimits::default(), options(&alias))
+            .err()
+            .unwrap();
+        assert!(matches!(err, StorageError::DataDirInUse { .. }), "{err}");
+        assert!(err.to_string().contains("in use by another Quiver process"));
+        first.close();
+        assert!(matches!(first.persist_now(), Err(StorageError::Closed)));
+        let (second, summary) = open(dir.path());
+        assert_eq!(summary.replayed_records, 1);
+        assert_eq!(
+            second.data_dir(),
+            Some(dir.path().canonicalize().unwrap().as_path())
+        );
     }
 
     #[test]

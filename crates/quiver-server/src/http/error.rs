@@ -91,15 +91,13 @@ impl From<StorageError> for ApiError {
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }
             | StorageError::TooManyDatabases { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            StorageError::Arrow(_)
-            | StorageError::CorruptRecord(_)
-            | StorageError::Io { .. }
-            | StorageError::Catalog(_)
-            | StorageError::Parquet(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            StorageError::BufferFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            StorageError::BufferFull { .. } | StorageError::Closed => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             StorageError::Wal(WalError::RecordTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             // the write was not acknowledged: the log is failing or the server is stopping
             StorageError::Wal(_) => StatusCode::SERVICE_UNAVAILABLE,
+            e if e.is_server_fault() => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError::new(status, e.to_string())
