@@ -6,7 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, NoExistingTables, Precision};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_model::schema::{NoExistingTables};
 
 fuzz_target!(|body: &[u8]| {
     let options = DecodeOptions {

@@ -11,9 +11,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver_ingest::line_protocol::DecodedTable;
+use quiver_model::schema::DecodedTable;
 use quiver_ingest::msgpack::{decode_msgpack, MsgpackError, MsgpackOptions, MsgpackStream};
-use quiver_ingest::schema::{ColumnType, FieldType, NoExistingTables, SchemaLookup};
+use quiver_model::schema::{ColumnType, FieldType, NoExistingTables, SchemaLookup};
 
 /// Every table already has these columns.
 struct Existing;

@@ -13,8 +13,9 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use quiver_bench::metrics_payload;
 use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, LineParser, NoExistingTables, ParsedLine, Precision,
+    decode_line_protocol, DecodeOptions, LineParser, ParsedLine, Precision,
 };
+use quiver_model::schema::NoExistingTables;
 
 const LINES: usize = 5_000;
 const HOSTS: usize = 1_000;

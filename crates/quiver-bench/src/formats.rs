@@ -10,10 +10,9 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, TimestampNanosecondType};
 use arrow::ipc::writer::StreamWriter;
 use quiver_ingest::arrow_ipc::decode_ipc_stream;
-use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
-};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
 use quiver_ingest::msgpack::{decode_msgpack, MsgpackOptions};
+use quiver_model::schema::NoExistingTables;
 
 use crate::metrics_payload;
 

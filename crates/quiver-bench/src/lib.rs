@@ -106,7 +106,7 @@ mod tests {
         let decoded = quiver_ingest::line_protocol::decode_line_protocol(
             payload.as_bytes(),
             &options,
-            &quiver_ingest::line_protocol::NoExistingTables,
+            &quiver_model::schema::NoExistingTables,
         );
         assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
         assert_eq!(decoded.tables.len(), 1);

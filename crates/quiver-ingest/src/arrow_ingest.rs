@@ -17,8 +17,8 @@ use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::error::ArrowError;
 
-use crate::line_protocol::DecodedTable;
-use crate::schema::{tag_data_type, time_data_type, ColumnType, TIME_COLUMN};
+use quiver_model::schema::DecodedTable;
+use quiver_model::schema::{tag_data_type, time_data_type, ColumnType, TIME_COLUMN};
 
 /// Why a batch does not fit the data model; names the column when one is at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -22,7 +22,7 @@ use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::{self as fb, MessageHeader};
 
 use crate::arrow_ingest::{check_schema, table_from_arrow, ArrowIngestError};
-use crate::line_protocol::DecodedTable;
+use quiver_model::schema::DecodedTable;
 
 /// Marks a message length in the stream framing of Arrow 0.15 and later.
 const CONTINUATION: u32 = 0xFFFF_FFFF;

@@ -12,7 +12,7 @@ use arrow::datatypes::DataType;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use proptest::prelude::*;
 use quiver_ingest::msgpack::{decode_msgpack, MsgpackError, MsgpackOptions, MsgpackStream};
-use quiver_ingest::schema::{ColumnType, DecodedTable, FieldType, NoExistingTables};
+use quiver_model::schema::{ColumnType, DecodedTable, FieldType, NoExistingTables};
 use rmpv::Value;
 
 const NOW: i64 = 1_600_000_000_000_000_000;

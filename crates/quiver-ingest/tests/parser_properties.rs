@@ -4,9 +4,10 @@
 
 use proptest::prelude::*;
 use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, DecodedWrite, FieldValue, LineParser, NoExistingTables,
-    ParsedLine, Precision,
+    decode_line_protocol, DecodeOptions, DecodedWrite, FieldValue, LineParser, ParsedLine,
+    Precision,
 };
+use quiver_model::schema::NoExistingTables;
 
 #[derive(Debug, Clone)]
 enum Value {

@@ -17,6 +17,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use parking_lot::Mutex;
+use quiver_model::{Classify, ErrorKind};
 use quiver_storage::{StorageError, Store};
 
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
@@ -55,7 +56,7 @@ pub trait SessionSetup: Send + Sync + std::fmt::Debug {
     fn setup(&self, ctx: &SessionContext, database: &str) -> Result<(), DataFusionError>;
 }
 
-/// Why a query failed. The variants map to HTTP statuses in the server.
+/// Why a query failed; [`Classify::kind`] says whose fault it is.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
     /// The database named by the request or a qualified table name does not exist.
@@ -78,6 +79,19 @@ pub enum QueryError {
     /// A failure that is not the caller's fault.
     #[error("internal error: {0}")]
     Internal(DataFusionError),
+}
+
+impl Classify for QueryError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            QueryError::DatabaseNotFound(_) | QueryError::TableNotFound { .. } => {
+                ErrorKind::NotFound
+            }
+            QueryError::Invalid(_) => ErrorKind::Invalid,
+            QueryError::ResourcesExhausted(_) => ErrorKind::ResourcesExhausted,
+            QueryError::Internal(_) => ErrorKind::Internal,
+        }
+    }
 }
 
 impl From<DataFusionError> for QueryError {
@@ -135,7 +149,7 @@ fn fault_of(error: &(dyn std::error::Error + 'static)) -> Option<Fault> {
         };
     }
     if let Some(e) = error.downcast_ref::<StorageError>() {
-        return e.is_server_fault().then_some(Fault::Server);
+        return e.kind().is_server_fault().then_some(Fault::Server);
     }
     let server = error.is::<std::io::Error>()
         || error.is::<datafusion::object_store::Error>()

@@ -44,7 +44,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_ingest::schema::TIME_COLUMN;
+use quiver_model::schema::TIME_COLUMN;
 use quiver_storage::{series_key_and_fields, ParquetFile, StorageError, Table, TableSnapshot};
 
 use crate::dedup_exec::DeduplicateExec;

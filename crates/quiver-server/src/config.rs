@@ -18,7 +18,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// HTTP API listen address.
     pub http_addr: String,
-    /// Arrow Flight SQL listen address (reserved: Flight SQL is not served yet).
+    /// Arrow Flight SQL listen address (gRPC).
     pub flight_addr: String,
     /// PostgreSQL wire protocol listen address.
     pub pg_addr: String,

@@ -66,11 +66,11 @@ use prost::Message;
 use quiver_cache::{AnswerBody, QueryRequest, QueryService};
 use quiver_ingest::arrow_ingest::table_from_arrow;
 use quiver_ingest::arrow_ipc::MessageChecker;
+use quiver_model::{Classify, ErrorKind};
 use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
 use quiver_storage::{Durability, Store};
 use serde::{Deserialize, Serialize};
 
-use crate::http::ApiError;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -292,11 +292,11 @@ impl QuiverFlightSql {
         let engine = self.queries.engine();
         let analysis = engine
             .analyze(database, sql)
-            .map_err(|e| query_status(&e))?;
+            .map_err(|e| classified_status(&e))?;
         let description = engine
             .describe(&analysis)
             .await
-            .map_err(|e| query_status(&e))?;
+            .map_err(|e| classified_status(&e))?;
         let parameters = Schema::new(
             description
                 .parameters
@@ -322,7 +322,7 @@ impl QuiverFlightSql {
             .queries
             .query(&request)
             .await
-            .map_err(|e| query_status(&e))?;
+            .map_err(|e| classified_status(e.as_ref()))?;
         let schema = match &answer.body {
             AnswerBody::Cached(cached) => cached.result().schema().clone(),
             AnswerBody::Streamed(output) => output.schema.clone(),
@@ -354,7 +354,9 @@ impl QuiverFlightSql {
                 schema,
                 output
                     .stream
-                    .map_err(|e| FlightError::Tonic(Box::new(query_status(&QueryError::from(e)))))
+                    .map_err(|e| {
+                        FlightError::Tonic(Box::new(classified_status(&QueryError::from(e))))
+                    })
                     .boxed(),
                 types,
             ))),
@@ -446,14 +448,22 @@ fn database_of(metadata: &MetadataMap) -> Result<String, Status> {
         })
 }
 
-/// A query error as a gRPC status, classified as the HTTP API classifies it; the server's
-/// own failures (`INTERNAL`) are logged.
-fn query_status(e: &QueryError) -> Status {
-    let status = ApiError::from(e).to_grpc();
-    if status.code() == tonic::Code::Internal {
-        tracing::error!(error = %e, "Flight SQL query failed");
+/// An error of a lower layer as the gRPC status of its kind: the one place Flight SQL decides
+/// it. The server's own failures (`INTERNAL`, `UNAVAILABLE`) are logged.
+fn classified_status(e: &(impl Classify + ?Sized)) -> Status {
+    let kind = e.kind();
+    let message = e.to_string();
+    if kind.is_server_fault() {
+        tracing::error!(error = %message, ?kind, "Flight SQL request failed");
     }
-    status
+    match kind {
+        ErrorKind::Invalid | ErrorKind::TooLarge | ErrorKind::LimitExceeded => {
+            Status::invalid_argument(message)
+        }
+        ErrorKind::NotFound => Status::not_found(message),
+        ErrorKind::ResourcesExhausted | ErrorKind::Unavailable => Status::unavailable(message),
+        ErrorKind::Internal => Status::internal(message),
+    }
 }
 
 /// A `FlightInfo` for `schema` whose one endpoint's ticket is `command`.
@@ -744,7 +754,7 @@ impl FlightSqlService for QuiverFlightSql {
             self.store
                 .write(&database, vec![table], Durability::Sync)
                 .await
-                .map_err(|e| ApiError::from(e).to_grpc())?;
+                .map_err(|e| classified_status(&e))?;
             rows += batch.num_rows() as i64;
         }
         tracing::debug!(

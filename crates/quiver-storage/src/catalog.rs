@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use quiver_ingest::schema::{ColumnType, FieldType};
+use quiver_model::schema::{ColumnType, FieldType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;

@@ -12,7 +12,7 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Arr
 use arrow::compute::take;
 use arrow::datatypes::{Int32Type, Schema, TimestampNanosecondType};
 use arrow::row::{RowConverter, Rows, SortField};
-use quiver_ingest::schema::ColumnType;
+use quiver_model::schema::ColumnType;
 
 use crate::error::StorageError;
 
@@ -207,7 +207,7 @@ pub fn series_key_and_fields(schema: &Schema) -> Result<(Vec<usize>, Vec<usize>)
         }
     }
     // Time is the last key column: series first, then time.
-    keys.push(schema.index_of(quiver_ingest::schema::TIME_COLUMN)?);
+    keys.push(schema.index_of(quiver_model::schema::TIME_COLUMN)?);
     Ok((keys, fields))
 }
 
@@ -313,8 +313,8 @@ mod tests {
             }
         }
         let schema = Arc::new(Schema::new(vec![
-            ColumnType::Field(quiver_ingest::schema::FieldType::Float).arrow_field("a"),
-            ColumnType::Field(quiver_ingest::schema::FieldType::Float).arrow_field("b"),
+            ColumnType::Field(quiver_model::schema::FieldType::Float).arrow_field("a"),
+            ColumnType::Field(quiver_model::schema::FieldType::Float).arrow_field("b"),
             ColumnType::Tag.arrow_field("host"),
             ColumnType::Time.arrow_field("time"),
         ]));
@@ -455,7 +455,7 @@ mod tests {
             ColumnType::Tag.arrow_field("dc"),
             ColumnType::Tag.arrow_field("host"),
             ColumnType::Time.arrow_field("time"),
-            ColumnType::Field(quiver_ingest::schema::FieldType::Integer).arrow_field("v"),
+            ColumnType::Field(quiver_model::schema::FieldType::Integer).arrow_field("v"),
         ]));
         let time: Vec<i64> = rows.iter().map(|r| r.2).collect();
         let v: Int64Array = rows.iter().map(|r| r.3.map(i64::from)).collect();

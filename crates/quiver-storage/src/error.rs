@@ -1,4 +1,8 @@
-//! Errors of the storage layer, each a sentence a user can act on.
+//! Errors of the storage layer, each a sentence a user can act on, and the kind of failure
+//! each is.
+
+use quiver_model::{Classify, ErrorKind};
+use quiver_wal::WalError;
 
 /// What can go wrong when writing to or reading from storage.
 #[derive(Debug, thiserror::Error)]
@@ -110,34 +114,36 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// True when the server, not the request, is at fault: its files, log, catalog or a
-    /// bug. The request may be retried or the operator alerted; it was not malformed.
-    pub fn is_server_fault(&self) -> bool {
-        match self {
-            StorageError::Wal(e) => !matches!(e, quiver_wal::WalError::RecordTooLarge { .. }),
-            StorageError::Arrow(_)
-            | StorageError::CorruptRecord(_)
-            | StorageError::Io { .. }
-            | StorageError::DataDirInUse { .. }
-            | StorageError::Closed
-            | StorageError::Catalog(_)
-            | StorageError::Parquet(_)
-            | StorageError::BufferFull { .. } => true,
-            StorageError::InvalidDatabaseName { .. }
-            | StorageError::InvalidTableName { .. }
-            | StorageError::SchemaConflict { .. }
-            | StorageError::UnsupportedColumn { .. }
-            | StorageError::TooManyColumns { .. }
-            | StorageError::TooManyTables { .. }
-            | StorageError::TooManyDatabases { .. } => false,
-        }
-    }
-
     /// An I/O error on `path`.
     pub fn io(path: &std::path::Path, source: std::io::Error) -> Self {
         StorageError::Io {
             path: path.to_path_buf(),
             source,
+        }
+    }
+}
+
+impl Classify for StorageError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            StorageError::InvalidDatabaseName { .. }
+            | StorageError::InvalidTableName { .. }
+            | StorageError::SchemaConflict { .. }
+            | StorageError::UnsupportedColumn { .. } => ErrorKind::Invalid,
+            StorageError::TooManyColumns { .. }
+            | StorageError::TooManyTables { .. }
+            | StorageError::TooManyDatabases { .. } => ErrorKind::LimitExceeded,
+            StorageError::Wal(WalError::RecordTooLarge { .. }) => ErrorKind::TooLarge,
+            // the write was not acknowledged: the log is failing or the server is stopping
+            StorageError::Wal(_) | StorageError::BufferFull { .. } | StorageError::Closed => {
+                ErrorKind::Unavailable
+            }
+            StorageError::Arrow(_)
+            | StorageError::CorruptRecord(_)
+            | StorageError::Io { .. }
+            | StorageError::DataDirInUse { .. }
+            | StorageError::Catalog(_)
+            | StorageError::Parquet(_) => ErrorKind::Internal,
         }
     }
 }

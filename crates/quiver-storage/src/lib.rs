@@ -4,7 +4,7 @@
 //! through a [`TableSnapshot`]: buffered rows and files taken at one instant.
 //!
 //! It knows nothing of SQL or protocols. Writes arrive as decoded Arrow batches
-//! ([`quiver_ingest::line_protocol::DecodedTable`]); every acknowledged write bumps the version
+//! ([`quiver_model::schema::DecodedTable`]); every acknowledged write bumps the version
 //! of each table it touched, which is what caches above key on.
 //!
 //! Durability: a write is logged in the WAL and applied to the buffer once durable. A
@@ -28,8 +28,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use quiver_ingest::line_protocol::{DecodedTable, SchemaLookup};
-use quiver_ingest::schema::ColumnType;
+use quiver_model::schema::ColumnType;
+use quiver_model::schema::{DecodedTable, SchemaLookup};
 use quiver_wal::{Apply, Wal};
 
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
@@ -893,9 +893,8 @@ impl SchemaLookup for Database {
 mod tests {
     use super::*;
     use futures::executor::block_on;
-    use quiver_ingest::line_protocol::{
-        decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
-    };
+    use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+    use quiver_model::schema::NoExistingTables;
 
     fn decode(store: &Store, db: &str, lp: &str) -> Vec<DecodedTable> {
         let options = DecodeOptions {

@@ -10,7 +10,7 @@ use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, TimestampNanose
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::error::ArrowError;
 use parking_lot::RwLock;
-use quiver_ingest::schema::ColumnType;
+use quiver_model::schema::ColumnType;
 
 use crate::catalog::FileEntry;
 use crate::dedup::sort_and_deduplicate;
@@ -296,7 +296,7 @@ pub(crate) fn time_range(batches: &[RecordBatch]) -> Option<(i64, i64)> {
 /// The `time` column of a table's batch, or an error naming the columns it has instead.
 pub(crate) fn time_column(batch: &RecordBatch) -> Result<&TimestampNanosecondArray, StorageError> {
     batch
-        .column_by_name(quiver_ingest::schema::TIME_COLUMN)
+        .column_by_name(quiver_model::schema::TIME_COLUMN)
         .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>())
         .ok_or_else(|| {
             let schema = batch.schema();

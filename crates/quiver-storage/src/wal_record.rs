@@ -9,7 +9,7 @@
 use arrow::buffer::Buffer;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamEncoder;
-use quiver_ingest::line_protocol::DecodedTable;
+use quiver_model::schema::DecodedTable;
 use quiver_wal::Payload;
 
 use crate::StorageError;
@@ -136,9 +136,8 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quiver_ingest::line_protocol::{
-        decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
-    };
+    use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+    use quiver_model::schema::NoExistingTables;
 
     /// The bytes the previous encoder (`StreamWriter` into one buffer) wrote for the same
     /// rows: logs written before the payload came in parts replay unchanged.

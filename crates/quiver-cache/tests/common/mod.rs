@@ -11,9 +11,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::TryStreamExt;
 use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
-use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, NoExistingTables, Precision,
-};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions, QueryParams, SessionSetup};
 use quiver_storage::{
     Durability, PersistOptions, Recovery, Store, StoreLimits, StoreOptions, WalOptions,

@@ -17,8 +17,8 @@ use hashbrown::HashMap;
 
 use super::parser::{FieldValue, LineParser, ParsedLine};
 use super::precision::Precision;
-use crate::schema::{ColumnType, FieldType, TIME_COLUMN};
-pub use crate::schema::{DecodedTable, NoExistingTables, SchemaLookup};
+use quiver_model::schema::{ColumnType, FieldType, TIME_COLUMN};
+use quiver_model::schema::{DecodedTable, SchemaLookup};
 
 /// How to interpret a request body.
 #[derive(Debug, Clone)]
@@ -393,6 +393,7 @@ mod tests {
     use super::*;
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::{Float64Type, TimestampNanosecondType};
+    use quiver_model::schema::NoExistingTables;
 
     fn options() -> DecodeOptions {
         DecodeOptions {

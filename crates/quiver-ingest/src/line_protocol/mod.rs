@@ -6,9 +6,6 @@ mod batch;
 mod parser;
 mod precision;
 
-pub use batch::{
-    decode_line_protocol, DecodeOptions, DecodedTable, DecodedWrite, LineError, NoExistingTables,
-    SchemaLookup,
-};
+pub use batch::{decode_line_protocol, DecodeOptions, DecodedWrite, LineError};
 pub use parser::{EntrySpan, FieldValue, LineParser, ParsedLine, SyntaxError};
 pub use precision::{InvalidPrecision, Precision};

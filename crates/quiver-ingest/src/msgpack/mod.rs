@@ -35,7 +35,7 @@ use std::borrow::Cow;
 use self::column::Column;
 use self::reader::{Item, ReadError, Reader, Scalar};
 use self::table::{Piece, Role, TableError, Tables};
-use crate::schema::{DecodedTable, SchemaLookup, TIME_COLUMN};
+use quiver_model::schema::{DecodedTable, SchemaLookup, TIME_COLUMN};
 
 /// How to decode a request.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, UInt64Type};
 
 use super::column::{Column, MAX_EXACT_FLOAT_INT};
 use super::reader::Scalar;
-use crate::schema::{ColumnType, DecodedTable, FieldType, SchemaLookup, TIME_COLUMN};
+use quiver_model::schema::{ColumnType, DecodedTable, FieldType, SchemaLookup, TIME_COLUMN};
 
 /// What a record said a column is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type, TimestampNanosecondType
 use rmpv::Value;
 
 use super::*;
-use crate::schema::{ColumnType, FieldType, NoExistingTables};
+use quiver_model::schema::{ColumnType, FieldType, NoExistingTables};
 
 const NOW: i64 = 1_700_000_000_123_456_789;
 

@@ -3,8 +3,9 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use quiver_model::{Classify, ErrorKind};
 use quiver_query::QueryError;
-use quiver_storage::{StorageError, WalError};
+use quiver_storage::StorageError;
 use serde_json::{json, Value};
 
 /// An error response.
@@ -36,15 +37,21 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
-    /// The same error for a gRPC caller: the status mapped to the nearest gRPC code.
-    pub fn to_grpc(&self) -> tonic::Status {
-        let message = self.body["error"].as_str().unwrap_or("request failed");
-        match self.status {
-            StatusCode::NOT_FOUND => tonic::Status::not_found(message),
-            StatusCode::SERVICE_UNAVAILABLE => tonic::Status::unavailable(message),
-            status if status.is_client_error() => tonic::Status::invalid_argument(message),
-            _ => tonic::Status::internal(message),
-        }
+    /// An error of a lower layer, with the status of its kind.
+    pub fn classified(e: &(impl Classify + ?Sized)) -> Self {
+        ApiError::new(status_of(e.kind()), e.to_string())
+    }
+}
+
+/// The HTTP status of each kind of failure: the one place HTTP decides it.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::LimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::ResourcesExhausted | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -61,45 +68,65 @@ impl IntoResponse for ApiError {
 
 impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
-        ApiError::from(&e)
+        ApiError::classified(&e)
     }
 }
 
 impl From<std::sync::Arc<QueryError>> for ApiError {
     fn from(e: std::sync::Arc<QueryError>) -> Self {
-        ApiError::from(e.as_ref())
+        ApiError::classified(e.as_ref())
     }
 }
 
 impl From<&QueryError> for ApiError {
     fn from(e: &QueryError) -> Self {
-        let status = match e {
-            QueryError::DatabaseNotFound(_) | QueryError::TableNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            QueryError::Invalid(_) => StatusCode::BAD_REQUEST,
-            QueryError::ResourcesExhausted(_) => StatusCode::SERVICE_UNAVAILABLE,
-            QueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, e.to_string())
+        ApiError::classified(e)
     }
 }
 
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
-        let status = match &e {
-            StorageError::TooManyColumns { .. }
-            | StorageError::TooManyTables { .. }
-            | StorageError::TooManyDatabases { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            StorageError::BufferFull { .. } | StorageError::Closed => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            StorageError::Wal(WalError::RecordTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
-            // the write was not acknowledged: the log is failing or the server is stopping
-            StorageError::Wal(_) => StatusCode::SERVICE_UNAVAILABLE,
-            e if e.is_server_fault() => StatusCode::INTERNAL_SERVER_ERROR,
-            _ => StatusCode::BAD_REQUEST,
+        ApiError::classified(&e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(e: StorageError) -> StatusCode {
+        ApiError::from(e).status
+    }
+
+    #[test]
+    fn storage_errors_keep_their_statuses() {
+        let limit = StorageError::TooManyDatabases { limit: 1 };
+        assert_eq!(status(limit), StatusCode::UNPROCESSABLE_ENTITY);
+        let too_large = quiver_storage::WalError::RecordTooLarge { size: 2, limit: 1 };
+        assert_eq!(
+            status(StorageError::Wal(too_large)),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let closed = quiver_storage::WalError::Closed("fsync failed".into());
+        assert_eq!(
+            status(StorageError::Wal(closed)),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status(StorageError::Closed),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let missing = StorageError::io(
+            std::path::Path::new("/d/tables/x.parquet"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        );
+        assert_eq!(status(missing), StatusCode::INTERNAL_SERVER_ERROR);
+        let conflict = StorageError::SchemaConflict {
+            table: "t".into(),
+            column: "c".into(),
+            existing: "float".into(),
+            written: "string".into(),
         };
-        ApiError::new(status, e.to_string())
+        assert_eq!(status(conflict), StatusCode::BAD_REQUEST);
     }
 }

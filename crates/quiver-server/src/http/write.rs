@@ -12,9 +12,8 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use quiver_ingest::line_protocol::{
-    decode_line_protocol, DecodeOptions, DecodedTable, NoExistingTables, Precision,
-};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_model::schema::{DecodedTable, NoExistingTables};
 use quiver_storage::Durability;
 use serde_json::json;
 

@@ -18,7 +18,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use quiver_ingest::arrow_ipc::decode_ipc_stream;
-use quiver_ingest::line_protocol::DecodedTable;
+use quiver_model::schema::DecodedTable;
 
 use super::body::read_body;
 use super::error::ApiError;

@@ -17,9 +17,9 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::Response;
-use quiver_ingest::line_protocol::DecodedTable;
 use quiver_ingest::msgpack::{MsgpackError, MsgpackOptions, MsgpackStream};
-use quiver_ingest::schema::NoExistingTables;
+use quiver_model::schema::DecodedTable;
+use quiver_model::schema::NoExistingTables;
 use quiver_storage::Store;
 use serde_json::json;
 

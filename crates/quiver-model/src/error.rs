@@ -1,0 +1,41 @@
+//! The protocol-neutral kinds of failure. A layer's error says which kind it is
+//! ([`Classify`]); a protocol turns the kind into its status. Whether a failure is the
+//! caller's or the server's is decided once, here and in the layers' `kind` methods, never
+//! again in a protocol.
+
+/// What kind of failure an error is, whatever protocol reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The request is malformed or asks for something invalid: bad syntax, a value of the
+    /// wrong type, a type conflict with stored data, an invalid name. Retrying it unchanged
+    /// fails again.
+    Invalid,
+    /// Something the request names does not exist (a database, a table).
+    NotFound,
+    /// The request is larger than a configured bound on one request allows.
+    TooLarge,
+    /// The request would grow what the server holds past a configured limit (databases,
+    /// tables, columns).
+    LimitExceeded,
+    /// The request needs more memory than the server grants it.
+    ResourcesExhausted,
+    /// The server cannot take the request now (its write buffer is full and not draining,
+    /// it is stopping); the same request may succeed later.
+    Unavailable,
+    /// The server failed: its files, its log, its catalog, a bug. Not the caller's fault;
+    /// reported as such and logged for the operator.
+    Internal,
+}
+
+impl ErrorKind {
+    /// True for the kinds that are the server's fault rather than the request's.
+    pub fn is_server_fault(self) -> bool {
+        matches!(self, ErrorKind::Unavailable | ErrorKind::Internal)
+    }
+}
+
+/// An error that knows which [`ErrorKind`] it is.
+pub trait Classify: std::error::Error {
+    /// The kind of this failure.
+    fn kind(&self) -> ErrorKind;
+}

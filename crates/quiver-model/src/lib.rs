@@ -1,0 +1,13 @@
+//! `quiver-model` holds what every layer of Quiver shares and no layer owns: the data model
+//! ([`schema`]: every table has a `time` column (`Timestamp(Nanosecond, "UTC")`), tag columns
+//! (`Dictionary(Int32, Utf8)`) and typed field columns; a decoded write is a [`DecodedTable`]
+//! per table) and the kinds of failure ([`ErrorKind`]) that each layer's errors are sorted
+//! into, so that each protocol maps a kind to its own status once (HTTP status, gRPC code,
+//! SQLSTATE class) instead of matching every layer's error types.
+//!
+//! [`DecodedTable`]: schema::DecodedTable
+
+mod error;
+pub mod schema;
+
+pub use error::{Classify, ErrorKind};
