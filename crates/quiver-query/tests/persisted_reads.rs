@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -14,9 +13,7 @@ use futures::TryStreamExt;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
 use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions};
-use quiver_storage::{
-    Durability, PersistOptions, Recovery, Store, StoreLimits, StoreOptions, WalOptions,
-};
+use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 
 const HOUR: i64 = 3_600_000_000_000;
 
@@ -37,24 +34,10 @@ impl Rng {
 }
 
 fn durable_options(dir: &Path) -> StoreOptions {
-    StoreOptions {
-        data_dir: dir.to_path_buf(),
-        wal: WalOptions {
-            dir: dir.join("wal"),
-            segment_bytes: 16 << 10,
-            max_record_bytes: 1 << 30,
-            fsync: false,
-            recovery: Recovery::Strict,
-        },
-        persist: PersistOptions {
-            // persists happen only when the test asks
-            persist_bytes: usize::MAX / 2,
-            max_buffer_bytes: usize::MAX,
-            max_age: Duration::from_secs(3600),
-            row_group_rows: 64,
-            ..PersistOptions::default()
-        },
-    }
+    let mut options = StoreOptions::for_tests(dir);
+    options.wal.segment_bytes = 16 << 10;
+    options.persist.row_group_rows = 64;
+    options
 }
 
 fn engine(store: &Arc<Store>) -> QueryEngine {

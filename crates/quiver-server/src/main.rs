@@ -3,10 +3,6 @@
 
 mod client;
 mod config;
-mod flight;
-mod format;
-mod http;
-mod pg;
 mod serve;
 
 use std::path::PathBuf;

@@ -9,10 +9,11 @@ use quiver_query::{QueryEngine, QueryOptions};
 use quiver_storage::{Store, StoreLimits, StoreOptions, WalOptions};
 use tracing_subscriber::EnvFilter;
 
+use quiver_flight::QuiverFlightSql;
+use quiver_http::{self as http, AppState};
+use quiver_pgwire::{PgServer, PostgresCatalog};
+
 use crate::config::Config;
-use crate::flight::QuiverFlightSql;
-use crate::http::{self, AppState};
-use crate::pg::{PgServer, PostgresCatalog};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -76,6 +76,29 @@ pub struct StoreOptions {
     pub persist: PersistOptions,
 }
 
+impl StoreOptions {
+    /// Options for tests and tools: data and WAL (`<dir>/wal`, 64 KiB segments, no fsync)
+    /// in `dir`, persisting only when asked ([`Store::persist_now`]). Adjust fields as needed.
+    pub fn for_tests(dir: &Path) -> Self {
+        StoreOptions {
+            data_dir: dir.to_path_buf(),
+            wal: WalOptions {
+                dir: dir.join("wal"),
+                segment_bytes: 64 << 10,
+                max_record_bytes: 1 << 30,
+                fsync: false,
+                recovery: Recovery::Strict,
+            },
+            persist: PersistOptions {
+                persist_bytes: usize::MAX / 2,
+                max_buffer_bytes: usize::MAX,
+                max_age: Duration::from_secs(24 * 3600),
+                ..PersistOptions::default()
+            },
+        }
+    }
+}
+
 /// What [`Store::open`] found.
 #[derive(Debug, Clone, Default)]
 pub struct OpenSummary {
@@ -1029,23 +1052,10 @@ mod tests {
     }
 
     fn options(dir: &std::path::Path) -> StoreOptions {
-        StoreOptions {
-            data_dir: dir.to_path_buf(),
-            wal: WalOptions {
-                dir: dir.join("wal"),
-                segment_bytes: 4096,
-                max_record_bytes: 1 << 30,
-                fsync: true,
-                recovery: Recovery::Strict,
-            },
-            persist: PersistOptions {
-                // only explicit persists in these tests
-                persist_bytes: usize::MAX / 2,
-                max_buffer_bytes: usize::MAX,
-                max_age: Duration::from_secs(3600),
-                ..PersistOptions::default()
-            },
-        }
+        let mut options = StoreOptions::for_tests(dir);
+        options.wal.segment_bytes = 4096;
+        options.wal.fsync = true;
+        options
     }
 
     fn open(dir: &std::path::Path) -> (Arc<Store>, OpenSummary) {

@@ -4,7 +4,6 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -14,9 +13,7 @@ use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict}
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
 use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions, QueryParams, SessionSetup};
-use quiver_storage::{
-    Durability, PersistOptions, Recovery, Store, StoreLimits, StoreOptions, WalOptions,
-};
+use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 
 /// xorshift64*: deterministic, seedable, no dependency.
 pub struct Rng(pub u64);
@@ -66,22 +63,8 @@ impl Fixture {
     /// A fixture whose SQL sessions are extended by `session_setup` (extra functions).
     pub fn with_setup(config: CacheConfig, session_setup: Vec<Arc<dyn SessionSetup>>) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let options = StoreOptions {
-            data_dir: dir.path().to_path_buf(),
-            wal: WalOptions {
-                dir: dir.path().join("wal"),
-                segment_bytes: 1 << 20,
-                max_record_bytes: 1 << 30,
-                fsync: false,
-                recovery: Recovery::Strict,
-            },
-            persist: PersistOptions {
-                persist_bytes: usize::MAX / 2,
-                max_buffer_bytes: usize::MAX,
-                max_age: Duration::from_secs(3600),
-                ..PersistOptions::default()
-            },
-        };
+        let mut options = StoreOptions::for_tests(dir.path());
+        options.wal.segment_bytes = 1 << 20;
         let (store, _) = Store::open(StoreLimits::default(), options).unwrap();
         let engine = Arc::new(
             QueryEngine::new(

@@ -1,4 +1,5 @@
-//! The PostgreSQL wire protocol (`pg_addr`, 127.0.0.1:5433 by default): what `psql`, psycopg,
+//! `quiver-pgwire` is Quiver's PostgreSQL wire protocol (`pg_addr`, 127.0.0.1:5433 by default):
+//! what `psql`, psycopg,
 //! pgjdbc (DBeaver), Grafana's PostgreSQL data source and every language's Postgres driver speak.
 //!
 //! - The database is the connection's `dbname` (it must exist: `3D000` otherwise); any user is

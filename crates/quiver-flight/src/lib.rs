@@ -1,5 +1,8 @@
-//! Arrow Flight SQL (gRPC, `flight_addr`, 127.0.0.1:8815 by default): what ADBC's Flight SQL
-//! driver, `pyarrow.flight` and the Flight SQL JDBC driver speak.
+//! `quiver-flight` is Quiver's Arrow Flight SQL service (gRPC, `flight_addr`, 127.0.0.1:8815 by
+//! default): what ADBC's Flight SQL driver, `pyarrow.flight` and the Flight SQL JDBC driver
+//! speak. It knows nothing of the other protocols; errors become gRPC codes by their kind
+//! (`classified_status`). One file of ~1,000 lines because it is one `FlightSqlService`
+//! implementation whose trait methods share its private state.
 //!
 //! - Handshake: HTTP Basic credentials in (padded or unpadded base64), `authorization: Bearer
 //!   <token>` out. Until tokens with scopes exist any credentials are accepted; the user name

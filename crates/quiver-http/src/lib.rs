@@ -1,9 +1,13 @@
-//! The HTTP API (axum): InfluxDB-compatible writes, SQL queries, storage and cache operations,
-//! health.
+//! `quiver-http` is Quiver's HTTP API (axum): InfluxDB-compatible writes (line protocol v1, v2
+//! and v3), Arc-compatible MessagePack and Arrow IPC ingest, SQL queries in every output format
+//! ([`format`]), storage and cache operations, health. It extracts what a request says, hands
+//! it to the store or the result cache, and maps their errors to statuses by kind
+//! ([`status_of`]); it knows nothing of the other protocols.
 
 mod body;
 mod cache;
 mod error;
+pub mod format;
 mod query;
 mod storage;
 mod write;
@@ -19,7 +23,7 @@ use axum::{Json, Router};
 use quiver_cache::QueryService;
 use quiver_storage::Store;
 
-pub use error::ApiError;
+pub use error::{status_of, ApiError};
 
 /// What every handler shares.
 pub struct AppState {
