@@ -7,63 +7,55 @@
 //! ([`quiver_model::schema::DecodedTable`]); every acknowledged write bumps the version
 //! of each table it touched, which is what caches above key on.
 //!
-//! Durability: a write is logged in the WAL and applied to the buffer once durable. A
-//! background persister freezes the buffer (a pointer swap per table, under the apply gate so
-//! the frozen rows are exactly the writes up to one WAL sequence number), writes Parquet files,
-//! replaces the catalog atomically, swaps the files in for the frozen rows, and only then
-//! deletes the WAL segments the catalog now covers.
+//! Durability: a write is logged in the WAL and applied to the buffer once durable; the
+//! [`persister`] writes the buffer to Parquet in the background.
+//!
+//! Modules: [`Store`] here (writes, lookups, open and close) over [`database`] (databases and
+//! the checks a write passes), [`limits`] (names and counts allowed), [`table`] (a table's
+//! schema, buffer and files), [`buffer`] (the buffer's shared state and signals),
+//! [`persister`] (the Parquet side: catalog, persisting, the WAL's segments) with
+//! [`persist`] (sorting, deduplicating and writing files), [`catalog`] (the durable catalog)
+//! and [`wal_record`] (the WAL's payloads).
 
+mod buffer;
 mod catalog;
+mod database;
 mod dedup;
 mod error;
+mod limits;
 mod memory;
 mod persist;
+mod persister;
 mod table;
 mod wal_record;
 
-use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, RwLock};
-use quiver_model::schema::ColumnType;
-use quiver_model::schema::{DecodedTable, SchemaLookup};
-use quiver_wal::{Apply, Wal};
+use parking_lot::{Mutex, RwLock};
+use quiver_model::schema::DecodedTable;
+use quiver_wal::Wal;
 
+pub use buffer::TableChangeListener;
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
+pub use database::{Database, WriteReceipt};
 pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };
 pub use error::StorageError;
+pub use limits::{
+    validate_database_name, validate_table_name, StoreLimits, RESERVED_DATABASE_NAMES,
+};
 pub use memory::{data_bytes, retained_bytes};
 pub use persist::{PersistOptions, TABLES_DIR};
+pub use persister::{PersistStats, PersistSummary};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
 
-use table::FrozenRows;
-
-/// Bounds that keep hostile or runaway writes from exhausting memory.
-#[derive(Debug, Clone)]
-pub struct StoreLimits {
-    /// Most databases a server holds.
-    pub max_databases: usize,
-    /// Most tables one database holds.
-    pub max_tables_per_database: usize,
-    /// Most columns (time, tags and fields) one table holds.
-    pub max_columns_per_table: usize,
-}
-
-impl Default for StoreLimits {
-    fn default() -> Self {
-        StoreLimits {
-            max_databases: 1_000,
-            max_tables_per_database: 10_000,
-            max_columns_per_table: 1_000,
-        }
-    }
-}
+use buffer::{ApplyToTables, Buffer};
+use database::DatabaseMap;
+use persister::Persister;
 
 /// Where a durable store keeps its data and when it persists.
 #[derive(Debug, Clone)]
@@ -115,162 +107,17 @@ pub struct OpenSummary {
     pub orphans_removed: usize,
 }
 
-/// What one persist did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PersistSummary {
-    /// Tables persisted.
-    pub tables: usize,
-    /// Files written.
-    pub files: usize,
-    /// Rows written (after deduplication).
-    pub rows: u64,
-    /// Parquet bytes written.
-    pub bytes: u64,
-    /// Buffer bytes released.
-    pub buffer_bytes: usize,
-    /// The WAL sequence number the catalog now covers.
-    pub through_seq: u64,
-    /// WAL segments deleted.
-    pub wal_segments_removed: usize,
-}
-
-/// Counters of persistence since start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PersistStats {
-    /// Completed persists.
-    pub persists: u64,
-    /// Files written.
-    pub files: u64,
-    /// Rows written.
-    pub rows: u64,
-    /// Parquet bytes written.
-    pub bytes: u64,
-    /// Failed persists.
-    pub failures: u64,
-    /// Bytes in the write buffer now.
-    pub buffered_bytes: usize,
-}
-
-/// State shared by writers, the WAL's commit thread (which applies durable writes) and the
-/// persister.
-struct Buffer {
-    /// Held while a write is applied and while the buffer is frozen, so a freeze sees whole
-    /// writes and knows the last sequence number it covers.
-    gate: Mutex<Applied>,
-    /// Bytes of Arrow data buffered (live and being persisted).
-    bytes: AtomicUsize,
-    /// Wakes the persister early (buffer over its threshold, or shutdown).
-    signal: Mutex<PersisterSignal>,
-    wake: Condvar,
-    /// Wakes writers waiting for buffer space.
-    space: tokio::sync::Notify,
-    /// Persist once this many bytes are buffered (`usize::MAX` without persistence).
-    persist_bytes: usize,
-    /// Told about every applied write.
-    listeners: RwLock<Vec<Arc<dyn TableChangeListener>>>,
-}
-
-/// Something that wants to know when a table's rows change (a cache keyed by table versions).
-pub trait TableChangeListener: Send + Sync {
-    /// Called after a write was applied to `table` (its [`Table::version`] already bumped) and
-    /// before the write is acknowledged, on the thread applying writes: must be quick and must
-    /// not write to the store.
-    fn table_changed(&self, table: &Table);
-}
-
-#[derive(Default)]
-struct Applied {
-    /// Last WAL sequence number applied (0 without a WAL).
-    seq: u64,
-    /// When the oldest write not yet frozen was applied.
-    oldest: Option<Instant>,
-}
-
-#[derive(Default)]
-struct PersisterSignal {
-    wake: bool,
-    shutdown: bool,
-}
-
-impl Buffer {
-    fn new(persist_bytes: usize) -> Self {
-        Buffer {
-            gate: Mutex::new(Applied::default()),
-            bytes: AtomicUsize::new(0),
-            signal: Mutex::new(PersisterSignal::default()),
-            wake: Condvar::new(),
-            space: tokio::sync::Notify::new(),
-            persist_bytes,
-            listeners: RwLock::new(Vec::new()),
-        }
-    }
-
-    /// Applies durable rows (WAL sequence `seq`, 0 without a WAL), then tells the change
-    /// listeners (before the write is acknowledged).
-    fn apply(&self, seq: u64, rows: PreparedRows) {
-        let mut applied = self.gate.lock();
-        let added = table::apply_rows(&rows);
-        applied.seq = applied.seq.max(seq);
-        applied.oldest.get_or_insert_with(Instant::now);
-        drop(applied);
-        let listeners = self.listeners.read();
-        for table in rows.tables() {
-            for listener in listeners.iter() {
-                listener.table_changed(table);
-            }
-        }
-        drop(listeners);
-        let total = self.bytes.fetch_add(added, Ordering::AcqRel) + added;
-        if total >= self.persist_bytes {
-            self.wake_persister();
-        }
-    }
-
-    fn wake_persister(&self) {
-        self.signal.lock().wake = true;
-        self.wake.notify_one();
-    }
-}
-
-/// The WAL's commit thread makes durable writes visible through this.
-struct ApplyToTables(Arc<Buffer>);
-
-impl Apply<PreparedRows> for ApplyToTables {
-    fn apply(&mut self, seq: u64, rows: PreparedRows) {
-        self.0.apply(seq, rows);
-    }
-}
-
-/// The Parquet side of a durable store.
-struct Persistence {
-    /// The data directory, absolute and free of symlinks (see [`Store::open`]).
-    data_dir: PathBuf,
-    options: PersistOptions,
-    /// The catalog as last written.
-    catalog: Mutex<CatalogState>,
-    /// One persist at a time (the background thread or [`Store::persist_now`]). Holds the
-    /// data directory's lock (one process per directory) until [`Store::close`] releases it;
-    /// `None` once closed, when nothing may be written any more.
-    running: Mutex<Option<catalog::DataDirLock>>,
-    /// The last persist's error, cleared by the next success.
-    last_error: Mutex<Option<String>>,
-    stats: Mutex<PersistStats>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
 /// All databases of one server, the write-ahead log that makes their writes durable, and
 /// the persistence of the buffer to Parquet.
 pub struct Store {
-    databases: RwLock<BTreeMap<String, Arc<Database>>>,
+    databases: Arc<RwLock<DatabaseMap>>,
     limits: StoreLimits,
     /// Held while a write is checked, its columns reserved and its place in the log taken, so
     /// the log's order is the order in which writes were checked against the schema.
     sequencer: Mutex<()>,
-    /// `None` for a memory-only store.
-    wal: OnceLock<Wal<PreparedRows>>,
     buffer: Arc<Buffer>,
-    /// `None` for a memory-only store.
-    persistence: Option<Persistence>,
+    /// The WAL and the Parquet side; `None` for a memory-only store.
+    persister: Option<Arc<Persister>>,
 }
 
 impl Default for Store {
@@ -284,12 +131,11 @@ impl Store {
     /// and tools.
     pub fn new(limits: StoreLimits) -> Self {
         Store {
-            databases: RwLock::new(BTreeMap::new()),
+            databases: Arc::new(RwLock::new(DatabaseMap::new())),
             limits,
             sequencer: Mutex::new(()),
-            wal: OnceLock::new(),
             buffer: Arc::new(Buffer::new(usize::MAX)),
-            persistence: None,
+            persister: None,
         }
     }
 
@@ -308,24 +154,25 @@ impl Store {
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
         let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
         let state = catalog::load(&options.data_dir)?;
-        let (databases, known) = restore_databases(&options.data_dir, &state, &limits)?;
+        let (databases, known) = database::restore_databases(&options.data_dir, &state, &limits)?;
         let orphans_removed = persist::remove_orphans(&options.data_dir, &known)?;
         let persisted = state.persisted_through_seq;
+        let databases = Arc::new(RwLock::new(databases));
+        let buffer = Arc::new(Buffer::new(options.persist.persist_bytes));
+        let persister = Arc::new(Persister::new(
+            options.data_dir.clone(),
+            options.persist.clone(),
+            lock,
+            state,
+            buffer.clone(),
+            databases.clone(),
+        ));
         let store = Arc::new(Store {
-            databases: RwLock::new(databases),
+            databases,
             limits,
             sequencer: Mutex::new(()),
-            wal: OnceLock::new(),
-            buffer: Arc::new(Buffer::new(options.persist.persist_bytes)),
-            persistence: Some(Persistence {
-                data_dir: options.data_dir.clone(),
-                options: options.persist.clone(),
-                catalog: Mutex::new(state),
-                running: Mutex::new(Some(lock)),
-                last_error: Mutex::new(None),
-                stats: Mutex::new(PersistStats::default()),
-                thread: Mutex::new(None),
-            }),
+            buffer,
+            persister: Some(persister.clone()),
         });
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
@@ -339,10 +186,8 @@ impl Store {
             },
             ApplyToTables(store.buffer.clone()),
         )?;
-        if store.wal.set(log).is_err() {
-            unreachable!("the WAL of a new store is set once");
-        }
-        store.start_persister()?;
+        persister.set_wal(log);
+        persister.start()?;
         let summary = OpenSummary {
             replay,
             replayed_records,
@@ -356,7 +201,11 @@ impl Store {
     /// The absolute data directory of a durable store (catalog-relative file paths such as
     /// [`FileEntry::path`] are relative to it); `None` for a memory-only store.
     pub fn data_dir(&self) -> Option<&Path> {
-        self.persistence.as_ref().map(|p| p.data_dir.as_path())
+        self.persister.as_ref().map(|p| p.data_dir())
+    }
+
+    fn wal(&self) -> Option<&Wal<PreparedRows>> {
+        self.persister.as_ref().and_then(|p| p.wal())
     }
 
     fn replay_record(&self, seq: u64, payload: &[u8]) -> Result<(), StorageError> {
@@ -364,20 +213,6 @@ impl Store {
         let _order = self.sequencer.lock();
         let prepared = self.prepare(&database, tables)?;
         self.buffer.apply(seq, prepared);
-        Ok(())
-    }
-
-    fn start_persister(self: &Arc<Self>) -> Result<(), StorageError> {
-        let Some(persistence) = &self.persistence else {
-            return Ok(());
-        };
-        let store = Arc::downgrade(self);
-        let buffer = self.buffer.clone();
-        let handle = std::thread::Builder::new()
-            .name("quiver-persist".into())
-            .spawn(move || run_persister(store, buffer))
-            .map_err(|e| StorageError::io(&persistence.data_dir, e))?;
-        *persistence.thread.lock() = Some(handle);
         Ok(())
     }
 
@@ -398,15 +233,12 @@ impl Store {
 
     /// WAL counters (`None` for a memory-only store).
     pub fn wal_stats(&self) -> Option<WalStats> {
-        self.wal.get().map(Wal::stats)
+        self.wal().map(Wal::stats)
     }
 
     /// Persistence counters (`None` for a memory-only store).
     pub fn persist_stats(&self) -> Option<PersistStats> {
-        self.persistence.as_ref().map(|p| PersistStats {
-            buffered_bytes: self.buffer.bytes.load(Ordering::Acquire),
-            ..p.stats.lock().clone()
-        })
+        self.persister.as_ref().map(|p| p.stats())
     }
 
     /// Writes decoded rows into `database` (created by its first write), atomically: every
@@ -427,8 +259,10 @@ impl Store {
         for table in &tables {
             validate_table_name(&table.name)?;
         }
-        self.wait_for_buffer_space().await?;
-        let wal = self.wal.get();
+        if let Some(persister) = &self.persister {
+            persister.wait_for_buffer_space().await?;
+        }
+        let wal = self.wal();
         let payload = match wal {
             Some(_) => Some(wal_record::encode(database, &tables)?),
             None => None,
@@ -451,33 +285,6 @@ impl Store {
         Ok(WriteReceipt { rows, sequence })
     }
 
-    /// Waits while the buffer holds `max_buffer_bytes` or more; fails at once if the last
-    /// persist failed (waiting could be forever, e.g. with a full disk).
-    async fn wait_for_buffer_space(&self) -> Result<(), StorageError> {
-        let Some(persistence) = &self.persistence else {
-            return Ok(());
-        };
-        let limit = persistence.options.max_buffer_bytes;
-        loop {
-            let notified = self.buffer.space.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let buffered = self.buffer.bytes.load(Ordering::Acquire);
-            if buffered < limit {
-                return Ok(());
-            }
-            if let Some(reason) = persistence.last_error.lock().clone() {
-                return Err(StorageError::BufferFull {
-                    buffered,
-                    limit,
-                    reason,
-                });
-            }
-            self.buffer.wake_persister();
-            notified.await;
-        }
-    }
-
     /// Checks a write and reserves its tables and columns (must hold the sequencer).
     fn prepare(&self, name: &str, tables: Vec<DecodedTable>) -> Result<PreparedRows, StorageError> {
         if let Some(db) = self.database(name) {
@@ -496,419 +303,22 @@ impl Store {
     }
 
     /// Persists everything buffered now to Parquet and updates the catalog; returns what it
-    /// did. The background persister calls this when the buffer is over its size or age
+    /// did. The background persister does this when the buffer is over its size or age
     /// threshold; tests and tools may call it directly. Memory-only stores have nothing to do.
     pub fn persist_now(&self) -> Result<PersistSummary, StorageError> {
-        let Some(persistence) = &self.persistence else {
-            return Ok(PersistSummary::default());
-        };
-        let one_at_a_time = persistence.running.lock();
-        if one_at_a_time.is_none() {
-            return Err(StorageError::Closed);
+        match &self.persister {
+            Some(persister) => persister.persist_now(),
+            None => Ok(PersistSummary::default()),
         }
-        let (through_seq, frozen) = self.freeze_all();
-        let mut state = persistence.catalog.lock().clone();
-        if frozen.is_empty() {
-            return Ok(PersistSummary {
-                through_seq: state.persisted_through_seq,
-                ..PersistSummary::default()
-            });
-        }
-        match write_persisted(persistence, &mut state, &frozen, through_seq) {
-            Ok(files) => Ok(self.complete_persist(persistence, state, frozen, files)),
-            Err(e) => {
-                for (_, rows) in &frozen {
-                    rows.table.abort_persist();
-                }
-                self.buffer
-                    .gate
-                    .lock()
-                    .oldest
-                    .get_or_insert_with(Instant::now);
-                persistence.stats.lock().failures += 1;
-                *persistence.last_error.lock() = Some(e.to_string());
-                self.buffer.space.notify_waiters();
-                Err(e)
-            }
-        }
-    }
-
-    /// Freezes every table's live rows; returns the WAL sequence number they cover.
-    fn freeze_all(&self) -> (u64, Vec<(String, FrozenRows)>) {
-        let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
-        let mut applied = self.buffer.gate.lock();
-        let mut frozen = Vec::new();
-        for db in databases {
-            let tables: Vec<Arc<Table>> = db.tables.read().values().cloned().collect();
-            frozen.extend(
-                tables
-                    .iter()
-                    .filter_map(Table::freeze)
-                    .map(|rows| (db.name.clone(), rows)),
-            );
-        }
-        applied.oldest = None;
-        (applied.seq, frozen)
-    }
-
-    /// Swaps the written files in for the frozen rows, releases their buffer space and
-    /// deletes the WAL segments the new catalog covers.
-    fn complete_persist(
-        &self,
-        persistence: &Persistence,
-        state: CatalogState,
-        frozen: Vec<(String, FrozenRows)>,
-        files: Vec<Vec<Arc<ParquetFile>>>,
-    ) -> PersistSummary {
-        let through_seq = state.persisted_through_seq;
-        *persistence.catalog.lock() = state;
-        let mut summary = PersistSummary {
-            tables: frozen.len(),
-            through_seq,
-            ..PersistSummary::default()
-        };
-        for ((_, rows), files) in frozen.into_iter().zip(files) {
-            summary.files += files.len();
-            summary.rows += files.iter().map(|f| f.entry.rows).sum::<u64>();
-            summary.bytes += files.iter().map(|f| f.entry.bytes).sum::<u64>();
-            summary.buffer_bytes += rows.bytes;
-            rows.table.complete_persist(files);
-        }
-        self.buffer
-            .bytes
-            .fetch_sub(summary.buffer_bytes, Ordering::AcqRel);
-        *persistence.last_error.lock() = None;
-        self.buffer.space.notify_waiters();
-        if let Some(wal) = self.wal.get() {
-            match wal.remove_segments_through(through_seq) {
-                Ok(removed) => summary.wal_segments_removed = removed,
-                // The segments are replayed and skipped next start, then removed.
-                Err(e) => tracing::warn!(error = %e, "could not delete persisted WAL segments"),
-            }
-        }
-        let mut stats = persistence.stats.lock();
-        stats.persists += 1;
-        stats.files += summary.files as u64;
-        stats.rows += summary.rows;
-        stats.bytes += summary.bytes;
-        summary
-    }
-
-    /// Whether the buffer is over its size threshold or its oldest write over the age limit.
-    fn should_persist(&self, options: &PersistOptions) -> bool {
-        if self.buffer.bytes.load(Ordering::Acquire) >= options.persist_bytes {
-            return true;
-        }
-        self.buffer
-            .gate
-            .lock()
-            .oldest
-            .is_some_and(|t| t.elapsed() >= options.max_age)
     }
 
     /// Stops the persister (letting a running persist finish), then the WAL's commit thread
     /// after syncing what it holds, then releases the data directory's lock; later writes
     /// and persists fail.
     pub fn close(&self) {
-        if let Some(persistence) = &self.persistence {
-            self.buffer.signal.lock().shutdown = true;
-            self.buffer.wake.notify_one();
-            if let Some(thread) = persistence.thread.lock().take() {
-                let _ = thread.join();
-            }
+        if let Some(persister) = &self.persister {
+            persister.close();
         }
-        if let Some(wal) = self.wal.get() {
-            wal.close();
-        }
-        if let Some(persistence) = &self.persistence {
-            persistence.running.lock().take();
-        }
-    }
-}
-
-/// Writes the frozen rows' files and the catalog that names them (durably); returns the files
-/// per frozen table. `state` becomes the new catalog.
-fn write_persisted(
-    persistence: &Persistence,
-    state: &mut CatalogState,
-    frozen: &[(String, FrozenRows)],
-    through_seq: u64,
-) -> Result<Vec<Vec<Arc<ParquetFile>>>, StorageError> {
-    let mut written = Vec::with_capacity(frozen.len());
-    for (database, rows) in frozen {
-        let next_table_id = &mut state.next_table_id;
-        let entry = state
-            .databases
-            .entry(database.clone())
-            .or_default()
-            .tables
-            .entry(rows.table.name().to_string())
-            .or_insert_with(|| {
-                let id = *next_table_id;
-                *next_table_id += 1;
-                TableEntry {
-                    id,
-                    version: 0,
-                    columns: Vec::new(),
-                    files: Vec::new(),
-                }
-            });
-        entry.version = rows.version;
-        entry.columns = rows
-            .columns
-            .iter()
-            .map(|(name, t)| ColumnEntry::new(name, *t))
-            .collect();
-        let files = persist::write_table_files(
-            &persistence.data_dir,
-            &format!("{database}/{}", entry.id),
-            rows,
-            &persistence.options,
-            &mut state.next_file_id,
-        )?;
-        entry.files.extend(files.iter().map(|f| f.entry.clone()));
-        written.push(files);
-    }
-    state.persisted_through_seq = state.persisted_through_seq.max(through_seq);
-    catalog::store(&persistence.data_dir, state)?;
-    Ok(written)
-}
-
-/// The persister thread: wakes every 100 ms or when signalled, persists when a threshold is
-/// crossed, backs off for a second after a failure. Holds the store only while working, so
-/// dropping the store ends it too.
-fn run_persister(store: Weak<Store>, buffer: Arc<Buffer>) {
-    let mut wait = Duration::from_millis(100);
-    loop {
-        {
-            let mut signal = buffer.signal.lock();
-            if !signal.wake && !signal.shutdown {
-                buffer.wake.wait_for(&mut signal, wait);
-            }
-            if signal.shutdown {
-                return;
-            }
-            signal.wake = false;
-        }
-        wait = Duration::from_millis(100);
-        let Some(store) = store.upgrade() else {
-            return;
-        };
-        let Some(persistence) = &store.persistence else {
-            return;
-        };
-        if !store.should_persist(&persistence.options) {
-            continue;
-        }
-        let started = Instant::now();
-        match store.persist_now() {
-            Ok(summary) => tracing::info!(
-                tables = summary.tables,
-                files = summary.files,
-                rows = summary.rows,
-                parquet_bytes = summary.bytes,
-                buffer_bytes = summary.buffer_bytes,
-                through_seq = summary.through_seq,
-                wal_segments_removed = summary.wal_segments_removed,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "persisted the write buffer to Parquet"
-            ),
-            Err(e) => {
-                tracing::error!(error = %e, "persisting the write buffer failed; retrying in 1 s");
-                wait = Duration::from_secs(1);
-            }
-        }
-    }
-}
-
-type DatabaseMap = BTreeMap<String, Arc<Database>>;
-
-/// Builds the databases and tables the catalog records; returns them and the absolute paths
-/// of every file it names.
-fn restore_databases(
-    data_dir: &Path,
-    state: &CatalogState,
-    limits: &StoreLimits,
-) -> Result<(DatabaseMap, HashSet<PathBuf>), StorageError> {
-    let mut databases = BTreeMap::new();
-    let mut known = HashSet::new();
-    for (name, entry) in &state.databases {
-        let db = Database::new(name.clone(), limits.clone());
-        for (table_name, table) in &entry.tables {
-            let columns = table
-                .columns
-                .iter()
-                .map(|c| Ok((c.name.clone(), c.column_type()?)))
-                .collect::<Result<Vec<_>, StorageError>>()?;
-            let files = table
-                .files
-                .iter()
-                .map(|f| {
-                    let path = data_dir.join(&f.path);
-                    if !path.is_file() {
-                        return Err(StorageError::Catalog(format!(
-                            "table {name}.{table_name}: file {} named by the catalog is missing",
-                            path.display()
-                        )));
-                    }
-                    known.insert(path.clone());
-                    Ok(Arc::new(ParquetFile {
-                        entry: f.clone(),
-                        path,
-                    }))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            db.tables.write().insert(
-                table_name.clone(),
-                Arc::new(Table::restore(
-                    name.clone(),
-                    table_name.clone(),
-                    columns,
-                    table.version,
-                    files,
-                )),
-            );
-        }
-        databases.insert(name.clone(), Arc::new(db));
-    }
-    Ok((databases, known))
-}
-
-/// Names SQL front ends use for their system schemas (the SQL standard's catalog views and
-/// PostgreSQL's catalog); a database of that name would shadow them, so none may be created.
-pub const RESERVED_DATABASE_NAMES: &[&str] = &["information_schema", "pg_catalog"];
-
-/// Database names: 1–64 characters of ASCII letters, digits, `_` and `-`, starting with a
-/// letter or digit (so they are usable unquoted as SQL schema names in most cases and safe as
-/// directory names), and not one of [`RESERVED_DATABASE_NAMES`].
-pub fn validate_database_name(name: &str) -> Result<(), StorageError> {
-    let reason = if name.is_empty() {
-        Some("it is empty")
-    } else if RESERVED_DATABASE_NAMES.contains(&name) {
-        Some("it is reserved for a system schema")
-    } else if name.len() > 64 {
-        Some("it is longer than 64 characters")
-    } else if !name.as_bytes()[0].is_ascii_alphanumeric() {
-        Some("it must start with a letter or digit")
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        Some("only ASCII letters, digits, '_' and '-' are allowed")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(StorageError::InvalidDatabaseName {
-            name: name.to_string(),
-            reason,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// What one write did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct WriteReceipt {
-    /// Rows appended.
-    pub rows: usize,
-    /// The write's WAL sequence number (`None` for a memory-only store).
-    pub sequence: Option<u64>,
-}
-
-/// A database: a named set of tables.
-pub struct Database {
-    name: String,
-    tables: RwLock<BTreeMap<String, Arc<Table>>>,
-    limits: StoreLimits,
-}
-
-impl Database {
-    fn new(name: String, limits: StoreLimits) -> Self {
-        Database {
-            name,
-            tables: RwLock::new(BTreeMap::new()),
-            limits,
-        }
-    }
-
-    /// The database name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The table called `name`, if it exists.
-    pub fn table(&self, name: &str) -> Option<Arc<Table>> {
-        self.tables.read().get(name).cloned()
-    }
-
-    /// Names of all tables, sorted.
-    pub fn table_names(&self) -> Vec<String> {
-        self.tables.read().keys().cloned().collect()
-    }
-
-    /// Checks decoded batches against their tables (creating tables on first write) and
-    /// reserves new columns; all or nothing, and a failed write creates no table. The caller
-    /// holds the store's sequencer.
-    fn prepare(&self, tables: Vec<DecodedTable>) -> Result<PreparedRows, StorageError> {
-        let mut created: Vec<Arc<Table>> = Vec::new();
-        let mut items = Vec::with_capacity(tables.len());
-        {
-            let existing = self.tables.read();
-            for decoded in tables {
-                let known = existing
-                    .get(&decoded.name)
-                    .or_else(|| created.iter().find(|t| t.name() == decoded.name));
-                let table = match known {
-                    Some(table) => table.clone(),
-                    None => {
-                        validate_table_name(&decoded.name)?;
-                        let table = Arc::new(Table::new(self.name.clone(), decoded.name.clone()));
-                        created.push(table.clone());
-                        table
-                    }
-                };
-                items.push((table, decoded.batch));
-            }
-            if !created.is_empty()
-                && existing.len() + created.len() > self.limits.max_tables_per_database
-            {
-                return Err(StorageError::TooManyTables {
-                    database: self.name.clone(),
-                    limit: self.limits.max_tables_per_database,
-                });
-            }
-        }
-        let prepared = table::prepare_rows(items, &self.limits)?;
-        if !created.is_empty() {
-            let mut existing = self.tables.write();
-            for table in created {
-                existing.insert(table.name().to_string(), table);
-            }
-        }
-        Ok(prepared)
-    }
-}
-
-/// Table names: non-empty and at most 512 bytes (checked before any write; the message says
-/// which rule a name breaks).
-pub fn validate_table_name(name: &str) -> Result<(), StorageError> {
-    let reason = if name.is_empty() {
-        "it is empty"
-    } else if name.len() > 512 {
-        "it is longer than 512 bytes"
-    } else {
-        return Ok(());
-    };
-    Err(StorageError::InvalidTableName {
-        name: name.to_string(),
-        reason,
-    })
-}
-
-impl SchemaLookup for Database {
-    fn existing_columns(&self, table: &str) -> Vec<(String, ColumnType)> {
-        self.table(table).map(|t| t.columns()).unwrap_or_default()
     }
 }
 

@@ -15,7 +15,7 @@ use quiver_model::schema::ColumnType;
 use crate::catalog::FileEntry;
 use crate::dedup::sort_and_deduplicate;
 use crate::error::StorageError;
-use crate::StoreLimits;
+use crate::limits::StoreLimits;
 
 /// A consistent view of a table for one query: the buffered rows (deduplicated, sorted by
 /// series key then time, "same series + same time: later write wins per field" applied) and

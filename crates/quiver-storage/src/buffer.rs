@@ -1,0 +1,106 @@
+//! The write buffer's shared state: how many bytes are buffered, the gate under which durable
+//! writes are applied and the buffer is frozen (so a freeze covers whole writes up to one WAL
+//! sequence number), the signals between writers, the WAL's commit thread and the persister,
+//! and the listeners told about every applied write. The rows themselves live in each
+//! [`Table`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use quiver_wal::Apply;
+
+use crate::table::{self, PreparedRows, Table};
+
+/// State shared by writers, the WAL's commit thread (which applies durable writes) and the
+/// persister.
+pub(crate) struct Buffer {
+    /// Held while a write is applied and while the buffer is frozen, so a freeze sees whole
+    /// writes and knows the last sequence number it covers.
+    pub(crate) gate: Mutex<Applied>,
+    /// Bytes of Arrow data buffered (live and being persisted).
+    pub(crate) bytes: AtomicUsize,
+    /// Wakes the persister early (buffer over its threshold, or shutdown).
+    pub(crate) signal: Mutex<PersisterSignal>,
+    pub(crate) wake: Condvar,
+    /// Wakes writers waiting for buffer space.
+    pub(crate) space: tokio::sync::Notify,
+    /// Persist once this many bytes are buffered (`usize::MAX` without persistence).
+    pub(crate) persist_bytes: usize,
+    /// Told about every applied write.
+    pub(crate) listeners: RwLock<Vec<Arc<dyn TableChangeListener>>>,
+}
+
+/// Something that wants to know when a table's rows change (a cache keyed by table versions).
+pub trait TableChangeListener: Send + Sync {
+    /// Called after a write was applied to `table` (its [`Table::version`] already bumped) and
+    /// before the write is acknowledged, on the thread applying writes: must be quick and must
+    /// not write to the store.
+    fn table_changed(&self, table: &Table);
+}
+
+#[derive(Default)]
+pub(crate) struct Applied {
+    /// Last WAL sequence number applied (0 without a WAL).
+    pub(crate) seq: u64,
+    /// When the oldest write not yet frozen was applied.
+    pub(crate) oldest: Option<Instant>,
+}
+
+/// Why the persister thread was woken.
+#[derive(Default)]
+pub(crate) struct PersisterSignal {
+    pub(crate) wake: bool,
+    pub(crate) shutdown: bool,
+}
+
+impl Buffer {
+    pub(crate) fn new(persist_bytes: usize) -> Self {
+        Buffer {
+            gate: Mutex::new(Applied::default()),
+            bytes: AtomicUsize::new(0),
+            signal: Mutex::new(PersisterSignal::default()),
+            wake: Condvar::new(),
+            space: tokio::sync::Notify::new(),
+            persist_bytes,
+            listeners: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Applies durable rows (WAL sequence `seq`, 0 without a WAL), then tells the change
+    /// listeners (before the write is acknowledged).
+    pub(crate) fn apply(&self, seq: u64, rows: PreparedRows) {
+        let mut applied = self.gate.lock();
+        let added = table::apply_rows(&rows);
+        applied.seq = applied.seq.max(seq);
+        applied.oldest.get_or_insert_with(Instant::now);
+        drop(applied);
+        let listeners = self.listeners.read();
+        for table in rows.tables() {
+            for listener in listeners.iter() {
+                listener.table_changed(table);
+            }
+        }
+        drop(listeners);
+        let total = self.bytes.fetch_add(added, Ordering::AcqRel) + added;
+        if total >= self.persist_bytes {
+            self.wake_persister();
+        }
+    }
+
+    /// Wakes the persister thread now.
+    pub(crate) fn wake_persister(&self) {
+        self.signal.lock().wake = true;
+        self.wake.notify_one();
+    }
+}
+
+/// The WAL's commit thread makes durable writes visible through this.
+pub(crate) struct ApplyToTables(pub(crate) Arc<Buffer>);
+
+impl Apply<PreparedRows> for ApplyToTables {
+    fn apply(&mut self, seq: u64, rows: PreparedRows) {
+        self.0.apply(seq, rows);
+    }
+}
