@@ -37,7 +37,6 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -224,8 +223,6 @@ pub struct QuiverFlightSql {
     /// Bearer token → user name.
     sessions: moka::sync::Cache<String, Arc<str>>,
     prepared: moka::sync::Cache<String, Arc<Prepared>>,
-    handle_keys: RandomState,
-    handle_counter: AtomicU64,
     /// Largest gRPC message, and most bytes one message's compressed buffers may claim.
     max_message_bytes: usize,
 }
@@ -250,17 +247,16 @@ impl QuiverFlightSql {
                 .eviction_policy(EvictionPolicy::lru())
                 .time_to_idle(PREPARED_IDLE)
                 .build(),
-            handle_keys: RandomState::new(),
-            handle_counter: AtomicU64::new(0),
         }
     }
 
-    /// An unguessable 128-bit handle (SipHash with random keys over a counter).
-    fn new_handle(&self) -> String {
-        let n = self.handle_counter.fetch_add(1, Ordering::Relaxed);
-        let a = self.handle_keys.hash_one((n, 0u8));
-        let b = self.handle_keys.hash_one((n, 1u8));
-        format!("{a:016x}{b:016x}")
+    /// An unguessable 128-bit handle from the operating system's random source: handles and
+    /// tokens are capabilities, so nothing about one may predict another.
+    fn new_handle(&self) -> Result<String, Status> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| Status::internal(format!("no randomness for a handle: {e}")))?;
+        Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
     /// The caller's result-cache scope: the user its bearer token was issued to.
@@ -556,7 +552,7 @@ impl FlightSqlService for QuiverFlightSql {
             .to_str()
             .map_err(|_| Status::unauthenticated("authorization header is not ASCII"))?;
         let (user, _password) = basic_credentials(header)?;
-        let token = self.new_handle();
+        let token = self.new_handle()?;
         self.sessions
             .insert(token.clone(), Arc::from(user.as_str()));
         tracing::debug!(user, "Flight SQL handshake");
@@ -625,7 +621,7 @@ impl FlightSqlService for QuiverFlightSql {
         let database = database_of(request.metadata())?;
         let types = ResultTypes::of(request.metadata())?;
         let (schema, parameters) = self.describe(&database, &query.query).await?;
-        let handle = self.new_handle();
+        let handle = self.new_handle()?;
         self.prepared.insert(
             handle.clone(),
             Arc::new(Prepared {

@@ -13,6 +13,9 @@
 //!
 //! A stream may end with or without the end-of-stream marker; bytes after the marker are an
 //! error, and so is a message cut short.
+//!
+//! Over 700 lines: about 210 of them are tests of hostile streams beside the checks they
+//! exercise.
 
 use std::collections::HashMap;
 

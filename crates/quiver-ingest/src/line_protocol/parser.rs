@@ -18,6 +18,9 @@
 //! Nothing is copied unless a token contains an escape: names and strings are `Cow::Borrowed`
 //! slices of the input. The parser recovers from a bad line by skipping to the next newline, so
 //! one request can report every bad line and still accept the good ones.
+//!
+//! Over 700 lines: one hand-written tokenizer (measurement, tags, fields, timestamp and their
+//! escapes) that reads better whole; about 130 lines are tests.
 
 use std::borrow::Cow;
 
