@@ -79,11 +79,7 @@ pub fn encode(batch: &RecordBatch, format: WriteFormat, hosts: usize, seed: u64)
 pub fn decode_rows(body: &bytes::Bytes, format: WriteFormat) -> usize {
     match format {
         WriteFormat::Lp => {
-            let options = DecodeOptions {
-                precision: Precision::Nanosecond,
-                default_time_ns: 0,
-                max_reported_errors: 10,
-            };
+            let options = DecodeOptions::for_tests();
             let decoded = decode_line_protocol(body, &options, &NoExistingTables);
             assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
             decoded.accepted_lines

@@ -11,7 +11,7 @@ use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
 use quiver_cache::{CacheConfig, QueryService};
 use quiver_flight::QuiverFlightSql;
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
@@ -23,11 +23,7 @@ use tonic::Code;
 /// a client whose calls name that database.
 async fn start(dir: &std::path::Path, lines: &str) -> FlightSqlServiceClient<Channel> {
     let (store, _) = Store::open(StoreLimits::default(), StoreOptions::for_tests(dir)).unwrap();
-    let options = DecodeOptions {
-        precision: Precision::Nanosecond,
-        default_time_ns: 0,
-        max_reported_errors: 10,
-    };
+    let options = DecodeOptions::for_tests();
     let decoded = decode_line_protocol(lines.as_bytes(), &options, &NoExistingTables);
     store
         .write("m", decoded.tables, Durability::NoSync)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use quiver_cache::{CacheConfig, QueryService};
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_pgwire::PgServer;
 use quiver_query::{QueryEngine, QueryOptions};
@@ -15,11 +15,7 @@ use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 /// a connected client.
 async fn start(dir: &std::path::Path, lines: &str) -> tokio_postgres::Client {
     let (store, _) = Store::open(StoreLimits::default(), StoreOptions::for_tests(dir)).unwrap();
-    let options = DecodeOptions {
-        precision: Precision::Nanosecond,
-        default_time_ns: 0,
-        max_reported_errors: 10,
-    };
+    let options = DecodeOptions::for_tests();
     let decoded = decode_line_protocol(lines.as_bytes(), &options, &NoExistingTables);
     store
         .write("m", decoded.tables, Durability::NoSync)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::TryStreamExt;
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
@@ -52,11 +52,7 @@ fn engine(store: &Arc<Store>) -> QueryEngine {
 }
 
 async fn write(store: &Store, lp: &str) {
-    let options = DecodeOptions {
-        precision: Precision::Nanosecond,
-        default_time_ns: 0,
-        max_reported_errors: 10,
-    };
+    let options = DecodeOptions::for_tests();
     let decoded = match store.database("db") {
         Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
         None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),

@@ -326,15 +326,11 @@ impl Store {
 mod tests {
     use super::*;
     use futures::executor::block_on;
-    use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+    use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
     use quiver_model::schema::NoExistingTables;
 
     fn decode(store: &Store, db: &str, lp: &str) -> Vec<DecodedTable> {
-        let options = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
+        let options = DecodeOptions::for_tests();
         let decoded = match store.database(db) {
             Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
             None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),

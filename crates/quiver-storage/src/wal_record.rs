@@ -136,7 +136,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+    use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
     use quiver_model::schema::NoExistingTables;
 
     /// The bytes the previous encoder (`StreamWriter` into one buffer) wrote for the same
@@ -161,11 +161,7 @@ mod tests {
 
     /// The tables of `lp` (nanosecond times, new tables).
     fn decoded(lp: &str) -> Vec<DecodedTable> {
-        let options = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
+        let options = DecodeOptions::for_tests();
         let decoded = decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables);
         assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
         decoded.tables

@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::TryStreamExt;
 use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions, QueryParams, SessionSetup};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
@@ -88,11 +88,7 @@ impl Fixture {
 
     /// Writes line protocol (nanosecond timestamps) to database `db`; returns once acknowledged.
     pub async fn write(&self, lp: &str) {
-        let options = DecodeOptions {
-            precision: Precision::Nanosecond,
-            default_time_ns: 0,
-            max_reported_errors: 10,
-        };
+        let options = DecodeOptions::for_tests();
         let decoded = match self.store.database("db") {
             Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
             None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),

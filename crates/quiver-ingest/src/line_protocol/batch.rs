@@ -32,6 +32,18 @@ pub struct DecodeOptions {
     pub max_reported_errors: usize,
 }
 
+impl DecodeOptions {
+    /// Options for tests and tools: nanosecond timestamps, time 0 for lines without one, and
+    /// the first 10 errors reported in full.
+    pub fn for_tests() -> Self {
+        DecodeOptions {
+            precision: Precision::Nanosecond,
+            default_time_ns: 0,
+            max_reported_errors: 10,
+        }
+    }
+}
+
 /// A rejected line, in the shape InfluxDB 3 reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineError {
