@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
-use quiver_model::schema::{NoExistingTables};
+use quiver_model::schema::NoExistingTables;
 
 fuzz_target!(|body: &[u8]| {
     let options = DecodeOptions {

@@ -11,9 +11,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver_model::schema::DecodedTable;
 use quiver_ingest::msgpack::{decode_msgpack, MsgpackError, MsgpackOptions, MsgpackStream};
-use quiver_model::schema::{ColumnType, FieldType, NoExistingTables, SchemaLookup};
+use quiver_model::schema::{ColumnType, DecodedTable, FieldType, NoExistingTables, SchemaLookup};
 
 /// Every table already has these columns.
 struct Existing;
