@@ -45,6 +45,10 @@ PG_PORT = 5433
 DB = "soak"
 ROWS_PER_REQUEST = 10_000
 FIELDS = 10
+# Bounds of each write loop: the default that step waits for must act well before them
+# (64 MiB of WAL is about 0.5 M rows of this shape, 256 MiB of buffer about 2 M rows).
+MAX_ROWS_FOR_ROLLOVER = 2_000_000
+MAX_ROWS_FOR_SIZE_PERSIST = 8_000_000
 
 
 def log(message: str) -> None:
@@ -76,7 +80,8 @@ class Server:
 
     def stop(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGINT if self.command[0] == "cargo" else signal.SIGTERM)
+        # `cargo run` execs the binary on Unix: the process is the server either way
+        self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=120)
         if code != 0:
             sys.exit(f"the server stopped with exit code {code}; see {self.log_path}")
@@ -147,6 +152,8 @@ def main() -> None:
 
     log("1. WAL segment rollover at the default 64 MiB")
     while len(list((data / "wal").glob("*"))) < 2:
+        if rows >= MAX_ROWS_FOR_ROLLOVER:
+            sys.exit(f"no second WAL segment after {rows} rows (wal_segment_bytes is 64 MiB)")
         write(rows, ROWS_PER_REQUEST, base_ns)
         rows += ROWS_PER_REQUEST
     log(f"  {len(list((data / 'wal').glob('*')))} WAL segments after {rows} rows; "
@@ -155,6 +162,8 @@ def main() -> None:
 
     log("2. the buffer passes persist_buffer_bytes (256 MiB) and persists by itself")
     while storage()["persistence"]["persists"] == 0:
+        if rows >= MAX_ROWS_FOR_SIZE_PERSIST:
+            sys.exit(f"no persist after {rows} rows (persist_buffer_bytes is 256 MiB)")
         write(rows, ROWS_PER_REQUEST, base_ns)
         rows += ROWS_PER_REQUEST
     stats = storage()["persistence"]

@@ -256,7 +256,7 @@ impl QuiverFlightSql {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)
             .map_err(|e| Status::internal(format!("no randomness for a handle: {e}")))?;
-        Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        Ok(format!("{:032x}", u128::from_be_bytes(bytes)))
     }
 
     /// The caller's result-cache scope: the user its bearer token was issued to.

@@ -6,7 +6,7 @@ use arrow::error::ArrowError;
 use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
-use quiver_model::{Classify, ErrorKind};
+use quiver_model::Classify;
 use quiver_query::QueryError;
 
 /// SQLSTATE codes used here (PostgreSQL's Appendix A).
@@ -45,10 +45,6 @@ pub(super) mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     /// The query needed more memory than allowed.
     pub const OUT_OF_MEMORY: &str = "53200";
-    /// A request over a configured bound.
-    pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
-    /// The server cannot serve now (it is stopping, or its log is failing).
-    pub const CANNOT_CONNECT_NOW: &str = "57P03";
     /// A failure that is not the client's fault.
     pub const INTERNAL_ERROR: &str = "XX000";
 }
@@ -77,25 +73,13 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::DatabaseNotFound(_) => sqlstate::INVALID_CATALOG_NAME,
         QueryError::TableNotFound { .. } => sqlstate::UNDEFINED_TABLE,
         QueryError::Invalid(e) => datafusion_code(e),
-        other => sqlstate_of(other.kind()),
+        QueryError::ResourcesExhausted(_) => sqlstate::OUT_OF_MEMORY,
+        QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
     };
     if e.kind().is_server_fault() {
         tracing::error!(error = %e, "PostgreSQL query failed");
     }
     error(code, e.to_string())
-}
-
-/// The SQLSTATE of each kind of failure where nothing more precise is known: the one place
-/// the PostgreSQL protocol decides it.
-fn sqlstate_of(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::Invalid => sqlstate::SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION,
-        ErrorKind::NotFound => sqlstate::UNDEFINED_OBJECT,
-        ErrorKind::TooLarge | ErrorKind::LimitExceeded => sqlstate::PROGRAM_LIMIT_EXCEEDED,
-        ErrorKind::ResourcesExhausted => sqlstate::OUT_OF_MEMORY,
-        ErrorKind::Unavailable => sqlstate::CANNOT_CONNECT_NOW,
-        ErrorKind::Internal => sqlstate::INTERNAL_ERROR,
-    }
 }
 
 /// The SQLSTATE of a DataFusion error a user caused.

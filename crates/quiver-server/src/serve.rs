@@ -82,18 +82,7 @@ fn init_logging(config: &Config) -> Result<(), ServeError> {
     Ok(())
 }
 
-async fn serve(mut config: Config) -> Result<(), ServeError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
-        "cannot create data directory {}",
-        config.data_dir.display()
-    )))?;
-    // Every path the server stores or hands on is derived from the absolute directory, so
-    // none depends on the working directory or on how the path was spelled.
-    config.data_dir = std::fs::canonicalize(&config.data_dir).map_err(io_error(format!(
-        "cannot resolve data directory {}",
-        config.data_dir.display()
-    )))?;
-    tracing::info!(data_dir = %config.data_dir.display(), "data directory");
+async fn serve(config: Config) -> Result<(), ServeError> {
     let limits = StoreLimits {
         max_databases: config.max_databases,
         max_tables_per_database: config.max_tables_per_database,
@@ -178,7 +167,7 @@ async fn serve(mut config: Config) -> Result<(), ServeError> {
         http_addr = %config.http_addr,
         flight_addr = %config.flight_addr,
         pg_addr = %config.pg_addr,
-        data_dir = %config.data_dir.display(),
+        data_dir = %store.data_dir().unwrap_or(&config.data_dir).display(),
         version = env!("CARGO_PKG_VERSION"),
         "quiver is serving"
     );

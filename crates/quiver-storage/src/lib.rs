@@ -139,9 +139,9 @@ impl Store {
         }
     }
 
-    /// A durable store in `options.data_dir`: creates the directory, makes its path absolute
-    /// (symlinks resolved, so every path derived from it holds whatever the working
-    /// directory is), locks it against a second process, loads the catalog, deletes orphaned
+    /// A durable store in `options.data_dir`: creates the directory, makes its path (and the
+    /// WAL's) absolute (symlinks resolved, so every path derived from it holds whatever the
+    /// working directory later is), locks it against a second process, loads the catalog, deletes orphaned
     /// files, replays the WAL records the catalog does not cover, then accepts writes (each
     /// acknowledged as durable as it asks) and persists the buffer in the background.
     pub fn open(
@@ -149,9 +149,15 @@ impl Store {
         mut options: StoreOptions,
     ) -> Result<(Arc<Store>, OpenSummary), StorageError> {
         options.persist.validate().map_err(StorageError::Catalog)?;
+        // absolute first: the parents of a relative name (`data` has the parent ``) cannot be
+        // fsynced by name
+        options.data_dir = std::path::absolute(&options.data_dir)
+            .map_err(|e| StorageError::io(&options.data_dir, e))?;
         catalog::create_dir_durably(&options.data_dir)?;
         options.data_dir = std::fs::canonicalize(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
+        options.wal.dir = std::path::absolute(&options.wal.dir)
+            .map_err(|e| StorageError::io(&options.wal.dir, e))?;
         let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
         let state = catalog::load(&options.data_dir)?;
         let (databases, known) = database::restore_databases(&options.data_dir, &state, &limits)?;
