@@ -241,6 +241,7 @@ mod tests {
 
     use super::*;
     use crate::key::KeySpec;
+    use quiver_model::AccessScope;
 
     /// An answer of `rows` 8-byte values.
     fn answer(rows: usize) -> Arc<CachedResult> {
@@ -255,7 +256,7 @@ mod tests {
             database: "db",
             params: String::new(),
             settings: "",
-            scope: "",
+            scope: &AccessScope::Anonymous,
             clock_bucket: None,
             versions: vec![(
                 ScannedTable {
@@ -287,7 +288,7 @@ mod tests {
                 max_entry_bytes: 2 * entry_bytes as u64,
                 ttl: Duration::from_secs(3600),
                 idle: Duration::from_secs(3600),
-                ..CacheConfig::default()
+                ..CacheConfig::for_tests()
             },
             Arc::default(),
         ));

@@ -2,27 +2,63 @@
 
 use std::time::Duration;
 
-/// How the result cache behaves.
-#[derive(Debug, Clone, PartialEq)]
+use quiver_model::settings::{secs, secs_or_zero};
+use serde::{Deserialize, Serialize};
+
+/// How the result cache behaves. The serde names are the server's configuration keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CacheConfig {
     /// Serve and store answers at all (`false`: every query is a BYPASS).
+    #[serde(rename = "cache_enabled")]
     pub enabled: bool,
-    /// Bytes all entries together may hold (batches and encodings).
+    /// Bytes all entries together may hold, batches and encodings (default: 1/16 of physical
+    /// memory, 64 MiB–8 GiB).
+    #[serde(rename = "cache_capacity_bytes")]
     pub capacity_bytes: u64,
     /// Largest single entry in bytes; bigger results stream through uncached.
+    #[serde(rename = "cache_max_entry_bytes")]
     pub max_entry_bytes: u64,
-    /// An entry is dropped this long after it was computed, however often it is used.
+    /// An entry is dropped this long after it was computed, however often it is used (whole
+    /// seconds).
+    #[serde(rename = "cache_ttl_secs", with = "secs")]
     pub ttl: Duration,
-    /// An entry is dropped when it was not used for this long.
+    /// An entry is dropped when it was not used for this long (whole seconds).
+    #[serde(rename = "cache_idle_secs", with = "secs")]
     pub idle: Duration,
     /// If set, queries that read the clock (`now()`, `current_date`, ...) run with the clock
-    /// rounded down to this granularity and are cached per rounded instant; if `None` they
-    /// bypass the cache.
+    /// rounded down to this granularity and are cached per rounded instant, so their answers
+    /// may lag the wall clock by up to that much (never the data); if `None` (configured as
+    /// 0 seconds) they bypass the cache.
+    #[serde(rename = "cache_clock_granularity_secs", with = "secs_or_zero")]
     pub clock_granularity: Option<Duration>,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
+        CacheConfig {
+            capacity_bytes: default_capacity(),
+            ..CacheConfig::for_tests()
+        }
+    }
+}
+
+/// 1/16 of physical memory, between 64 MiB and 8 GiB (1 GiB if memory cannot be read).
+fn default_capacity() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    total.map_or(1 << 30, |bytes| (bytes / 16).clamp(64 << 20, 8 << 30))
+}
+
+impl CacheConfig {
+    /// The defaults with a capacity that does not depend on the machine (1 GiB), for tests
+    /// and tools. Adjust fields as needed.
+    pub fn for_tests() -> Self {
         CacheConfig {
             enabled: true,
             capacity_bytes: 1 << 30,
@@ -32,9 +68,7 @@ impl Default for CacheConfig {
             clock_granularity: None,
         }
     }
-}
 
-impl CacheConfig {
     /// Checks the settings are usable; the message names the offending one.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_entry_bytes > self.capacity_bytes {

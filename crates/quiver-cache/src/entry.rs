@@ -1,5 +1,7 @@
 //! One cached answer: the Arrow batches, shared by reference, and the encodings produced so far.
 
+use std::any::Any;
+use std::fmt::Debug;
 use std::time::Instant;
 
 use arrow::array::{RecordBatch, UInt32Array};
@@ -9,15 +11,30 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use quiver_storage::{data_bytes, retained_bytes};
 
+/// An output format a cached answer can keep its encoded bytes in. Each protocol names its
+/// formats with a type of its own (an HTTP body format, Flight data for a kind of client,
+/// PostgreSQL rows for a choice of column formats); keys of different types never match.
+pub trait EncodingKey: Any + Clone + PartialEq + Debug + Send + Sync {}
+
+/// An [`EncodingKey`] of any type, as an entry keeps it.
+trait KeptKey: Any + Debug + Send + Sync {}
+
+impl<K: EncodingKey> KeptKey for K {}
+
+/// True if `kept` is `key` (of the same type and equal).
+fn is_key<K: EncodingKey>(kept: &dyn KeptKey, key: &K) -> bool {
+    (kept as &dyn Any).downcast_ref::<K>() == Some(key)
+}
+
 /// A query's whole answer as Arrow batches, plus the bytes of every output format it was
-/// encoded to so far (keyed by a format name the caller chooses).
+/// encoded to so far (see [`EncodingKey`]).
 #[derive(Debug)]
 pub struct CachedResult {
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
     rows: usize,
     batch_bytes: usize,
-    encodings: RwLock<Vec<(String, Bytes)>>,
+    encodings: RwLock<Vec<(Box<dyn KeptKey>, Bytes)>>,
     computed_at: Instant,
 }
 
@@ -52,26 +69,34 @@ impl CachedResult {
     }
 
     /// The bytes of `format`, if the result was encoded to it before.
-    pub fn encoding(&self, format: &str) -> Option<Bytes> {
+    pub fn encoding<K: EncodingKey>(&self, format: &K) -> Option<Bytes> {
         self.encodings
             .read()
             .iter()
-            .find(|(f, _)| f == format)
+            .find(|(kept, _)| is_key(kept.as_ref(), format))
             .map(|(_, bytes)| bytes.clone())
     }
 
     /// Keeps `bytes` as the encoding of `format` if the whole entry stays within `max_bytes`;
     /// returns whether it was kept.
-    pub(crate) fn add_encoding(&self, format: &str, bytes: Bytes, max_bytes: usize) -> bool {
+    pub(crate) fn add_encoding<K: EncodingKey>(
+        &self,
+        format: &K,
+        bytes: Bytes,
+        max_bytes: usize,
+    ) -> bool {
         let mut encodings = self.encodings.write();
-        if encodings.iter().any(|(f, _)| f == format) {
+        if encodings
+            .iter()
+            .any(|(kept, _)| is_key(kept.as_ref(), format))
+        {
             return false;
         }
         let encoded: usize = encodings.iter().map(|(_, b)| b.len()).sum();
         if self.batch_bytes + encoded + bytes.len() > max_bytes {
             return false;
         }
-        encodings.push((format.to_string(), bytes));
+        encodings.push((Box::new(format.clone()), bytes));
         true
     }
 

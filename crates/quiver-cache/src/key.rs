@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use quiver_model::AccessScope;
 use quiver_query::ScannedTable;
 
 /// The key of one cached answer. Cheap to clone; equal keys denote the same answer.
@@ -19,7 +20,7 @@ struct KeyParts {
     /// Session settings that change answers (time zone, ...).
     settings: String,
     /// Who is asking: answers are never shared across access scopes.
-    scope: String,
+    scope: AccessScope,
     /// The query clock, rounded, for clock-dependent queries.
     clock_bucket: Option<i64>,
     /// Every scanned table and the version the answer was computed at.
@@ -32,7 +33,7 @@ pub(crate) struct KeySpec<'a> {
     pub database: &'a str,
     pub params: String,
     pub settings: &'a str,
-    pub scope: &'a str,
+    pub scope: &'a AccessScope,
     pub clock_bucket: Option<i64>,
     pub versions: Vec<(ScannedTable, u64)>,
 }
@@ -44,7 +45,7 @@ impl CacheKey {
             database: spec.database.to_string(),
             params: spec.params,
             settings: spec.settings.to_string(),
-            scope: spec.scope.to_string(),
+            scope: spec.scope.clone(),
             clock_bucket: spec.clock_bucket,
             versions: spec.versions,
         }))
@@ -72,7 +73,7 @@ impl CacheKey {
             + parts.database.len()
             + parts.params.len()
             + parts.settings.len()
-            + parts.scope.len()
+            + parts.scope.size()
             + parts
                 .versions
                 .iter()

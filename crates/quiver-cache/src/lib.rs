@@ -14,7 +14,8 @@
 //! TTL and an idle time; results larger than the entry limit stream through uncached; N
 //! concurrent identical misses run the query once (single-flight).
 //!
-//! The crate knows nothing of protocols: callers name their output formats with a string.
+//! The crate knows nothing of protocols: each names its output formats with a type of its own
+//! ([`EncodingKey`]) and its callers with the shared [`quiver_model::AccessScope`].
 
 mod cache;
 mod config;
@@ -24,6 +25,6 @@ mod service;
 mod stats;
 
 pub use config::CacheConfig;
-pub use entry::CachedResult;
+pub use entry::{CachedResult, EncodingKey};
 pub use service::{Answer, AnswerBody, CachedAnswer, QueryRequest, QueryService, Verdict};
 pub use stats::CacheStats;

@@ -13,6 +13,7 @@ use futures::future::{BoxFuture, Shared, WeakShared};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use moka::sync::Cache;
 use parking_lot::Mutex;
+use quiver_model::AccessScope;
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
     ScannedTable,
@@ -21,7 +22,7 @@ use quiver_storage::{Table, TableChangeListener};
 
 use crate::cache::Entries;
 use crate::config::CacheConfig;
-use crate::entry::{batches_size, compact, CachedResult};
+use crate::entry::{batches_size, compact, CachedResult, EncodingKey};
 use crate::key::{CacheKey, KeySpec};
 use crate::stats::{CacheStats, Counters};
 
@@ -38,7 +39,7 @@ pub struct QueryRequest {
     /// Values for the statement's placeholders.
     pub params: QueryParams,
     /// The caller's access scope; answers are never shared between scopes.
-    pub scope: String,
+    pub scope: AccessScope,
     /// Skip the cache: run afresh and do not store (HTTP `Cache-Control: no-cache`).
     pub no_cache: bool,
 }
@@ -173,7 +174,7 @@ impl QueryService {
         self: &Arc<Self>,
         analysis: Arc<QueryAnalysis>,
         params: &QueryParams,
-        scope: &str,
+        scope: &AccessScope,
         no_cache: bool,
     ) -> Result<Answer, Arc<QueryError>> {
         let answer = self.answer(analysis, params, scope, no_cache).await;
@@ -203,7 +204,7 @@ impl QueryService {
         &self,
         analysis: &QueryAnalysis,
         params: &QueryParams,
-        scope: &str,
+        scope: &AccessScope,
         no_cache: bool,
     ) -> Lookup {
         let mut options = ExecuteOptions {
@@ -244,7 +245,7 @@ impl QueryService {
         self: &Arc<Self>,
         analysis: Arc<QueryAnalysis>,
         params: &QueryParams,
-        scope: &str,
+        scope: &AccessScope,
         no_cache: bool,
     ) -> Result<Answer, Arc<QueryError>> {
         let (key, options) = match self.plan(&analysis, params, scope, no_cache) {
@@ -418,13 +419,13 @@ impl QueryService {
     }
 
     /// The ready bytes of `answer` in `format`, if it was encoded to it before.
-    pub fn encoding(&self, answer: &CachedAnswer, format: &str) -> Option<Bytes> {
+    pub fn encoding<K: EncodingKey>(&self, answer: &CachedAnswer, format: &K) -> Option<Bytes> {
         answer.result.encoding(format)
     }
 
     /// Keeps `bytes` as `answer`'s encoding in `format` for later hits (if the entry stays
     /// within the entry limit) and re-weighs the entry.
-    pub fn keep_encoding(&self, answer: &CachedAnswer, format: &str, bytes: Bytes) {
+    pub fn keep_encoding<K: EncodingKey>(&self, answer: &CachedAnswer, format: &K, bytes: Bytes) {
         let limit = self
             .entries
             .max_entry_bytes()

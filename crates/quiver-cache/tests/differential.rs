@@ -74,7 +74,7 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
     let f = Fixture::new(CacheConfig {
         capacity_bytes: 8 << 20,
         max_entry_bytes: 1 << 20,
-        ..CacheConfig::default()
+        ..CacheConfig::for_tests()
     });
     f.write("cpu,host=h0 usage=1 0\nmem,host=h0 free=1i 0\n")
         .await;
@@ -107,7 +107,7 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
                     database: "db".into(),
                     sql: variant(sql, &mut rng),
                     params: params.clone(),
-                    scope: format!("user{}", rng.below(2)),
+                    scope: quiver_model::AccessScope::user(format!("user{}", rng.below(2))),
                     no_cache: false,
                 };
                 let cached = f.try_cached(request).await;
@@ -141,7 +141,7 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_answer_misses_a_write_acknowledged_before_the_query() {
-    let f = Arc::new(Fixture::new(CacheConfig::default()));
+    let f = Arc::new(Fixture::new(CacheConfig::for_tests()));
     f.write("ticks,writer=w0 n=0i 0\n").await;
     let acknowledged = Arc::new(AtomicU64::new(1));
     let started = Arc::new(AtomicU64::new(1));

@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use common::Fixture;
 use datafusion::common::ScalarValue;
-use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, Verdict};
+use quiver_cache::{AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict};
 use quiver_query::QueryParams;
 
 fn config() -> CacheConfig {
     CacheConfig {
         capacity_bytes: 64 << 20,
         max_entry_bytes: 16 << 20,
-        ..CacheConfig::default()
+        ..CacheConfig::for_tests()
     }
 }
 
@@ -282,6 +282,21 @@ async fn entries_expire_after_their_ttl() {
     assert!(stats.expirations >= 1, "{stats:?}");
 }
 
+/// Output formats of an imagined protocol.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Body {
+    Json,
+    Csv,
+}
+
+impl EncodingKey for Body {}
+
+/// Another protocol's formats, whose first value has the same representation as `Body::Json`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OtherProtocol(u8);
+
+impl EncodingKey for OtherProtocol {}
+
 #[tokio::test]
 async fn encodings_are_kept_with_the_entry_and_counted_in_its_size() {
     let f = Fixture::new(config());
@@ -294,15 +309,19 @@ async fn encodings_are_kept_with_the_entry_and_counted_in_its_size() {
     let AnswerBody::Cached(first) = f.service.query(&request).await.unwrap().body else {
         panic!("small results are cached");
     };
-    assert!(f.service.encoding(&first, "json").is_none());
+    assert!(f.service.encoding(&first, &Body::Json).is_none());
     let before = f.service.stats().bytes;
     f.service
-        .keep_encoding(&first, "json", bytes::Bytes::from(vec![b'x'; 10_000]));
+        .keep_encoding(&first, &Body::Json, bytes::Bytes::from(vec![b'x'; 10_000]));
     let AnswerBody::Cached(hit) = f.service.query(&request).await.unwrap().body else {
         panic!("hits are whole");
     };
-    assert_eq!(f.service.encoding(&hit, "json").unwrap().len(), 10_000);
-    assert!(f.service.encoding(&hit, "csv").is_none());
+    assert_eq!(f.service.encoding(&hit, &Body::Json).unwrap().len(), 10_000);
+    assert!(f.service.encoding(&hit, &Body::Csv).is_none());
+    assert!(
+        f.service.encoding(&hit, &OtherProtocol(0)).is_none(),
+        "a key of another type never matches"
+    );
     assert!(f.service.stats().bytes >= before + 10_000);
     assert_eq!(f.service.clear(), 1);
     assert_eq!(f.service.stats().entries, 0);

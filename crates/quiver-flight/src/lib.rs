@@ -65,10 +65,10 @@ use datafusion::common::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
 use prost::Message;
-use quiver_cache::{AnswerBody, QueryRequest, QueryService};
+use quiver_cache::{AnswerBody, EncodingKey, QueryRequest, QueryService};
 use quiver_ingest::arrow_ingest::table_from_arrow;
 use quiver_ingest::arrow_ipc::MessageChecker;
-use quiver_model::{Classify, ErrorKind};
+use quiver_model::{AccessScope, Classify, ErrorKind};
 use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
 use quiver_storage::{Durability, Store};
 use serde::{Deserialize, Serialize};
@@ -110,11 +110,12 @@ struct StatementTicket {
 struct Prepared {
     database: String,
     sql: String,
-    scope: String,
+    scope: AccessScope,
     params: parking_lot::Mutex<QueryParams>,
 }
 
-/// Which Arrow types a caller receives.
+/// Which Arrow types a caller receives; also the key a cached answer keeps its Flight data
+/// under (see [`frames`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ResultTypes {
     /// The data model's types as they are: tags dictionary-encoded, unsigned integers
@@ -205,16 +206,9 @@ impl ResultTypes {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(RecordBatch::try_new(schema, columns)?)
     }
-
-    /// The name under which a cached answer keeps its Flight data for this caller (see
-    /// [`frames`]).
-    fn encoding_name(self) -> &'static str {
-        match self {
-            ResultTypes::Native => "flight",
-            ResultTypes::Portable => "flight-portable",
-        }
-    }
 }
+
+impl EncodingKey for ResultTypes {}
 
 /// The Flight SQL service.
 pub struct QuiverFlightSql {
@@ -260,9 +254,9 @@ impl QuiverFlightSql {
     }
 
     /// The caller's result-cache scope: the user its bearer token was issued to.
-    fn scope(&self, metadata: &MetadataMap) -> Result<String, Status> {
+    fn scope(&self, metadata: &MetadataMap) -> Result<AccessScope, Status> {
         let Some(value) = metadata.get("authorization") else {
-            return Ok("anonymous".into());
+            return Ok(AccessScope::Anonymous);
         };
         let value = value
             .to_str()
@@ -274,7 +268,7 @@ impl QuiverFlightSql {
         };
         self.sessions
             .get(token.trim())
-            .map(|user| format!("user:{user}"))
+            .map(|user| AccessScope::user(user.as_ref()))
             .ok_or_else(|| Status::unauthenticated("unknown or expired bearer token"))
     }
 
@@ -334,8 +328,7 @@ impl QuiverFlightSql {
         }
         match answer.body {
             AnswerBody::Cached(cached) => {
-                let name = types.encoding_name();
-                if let Some(ready) = self.queries.encoding(&cached, name) {
+                if let Some(ready) = self.queries.encoding(&cached, &types) {
                     return Ok(Response::new(frames(ready)?));
                 }
                 let batches: Vec<Result<RecordBatch, FlightError>> =
@@ -344,7 +337,8 @@ impl QuiverFlightSql {
                     encode(schema, futures::stream::iter(batches).boxed(), types)
                         .try_collect()
                         .await?;
-                self.queries.keep_encoding(&cached, name, framed(&encoded));
+                self.queries
+                    .keep_encoding(&cached, &types, framed(&encoded));
                 Ok(Response::new(
                     futures::stream::iter(encoded.into_iter().map(Ok)).boxed(),
                 ))
@@ -943,12 +937,16 @@ fn check_ingest_target(
 
 impl QuiverFlightSql {
     /// The prepared statement `handle` names, if the caller in `scope` created it.
-    fn prepared_statement(&self, handle: &[u8], scope: &str) -> Result<Arc<Prepared>, Status> {
+    fn prepared_statement(
+        &self,
+        handle: &[u8],
+        scope: &AccessScope,
+    ) -> Result<Arc<Prepared>, Status> {
         let handle = std::str::from_utf8(handle)
             .map_err(|_| Status::invalid_argument("not a prepared statement handle"))?;
         self.prepared
             .get(handle)
-            .filter(|prepared| prepared.scope == scope)
+            .filter(|prepared| prepared.scope == *scope)
             .ok_or_else(|| {
                 Status::not_found("unknown prepared statement (closed, or unused for an hour)")
             })

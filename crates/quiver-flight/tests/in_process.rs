@@ -31,7 +31,7 @@ async fn start(dir: &std::path::Path, lines: &str) -> FlightSqlServiceClient<Cha
         .unwrap();
     store.persist_now().unwrap();
     let engine = Arc::new(QueryEngine::new(store.clone(), QueryOptions::default()).unwrap());
-    let queries = QueryService::new(engine, CacheConfig::default());
+    let queries = QueryService::new(engine, CacheConfig::for_tests());
     let service = FlightServiceServer::new(QuiverFlightSql::new(store, queries, 1 << 20));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();

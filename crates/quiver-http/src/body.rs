@@ -12,6 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
 use bytes::BytesMut;
 use http_body_util::BodyExt;
+use tokio_util::io::{StreamReader, SyncIoBridge};
 
 use super::error::ApiError;
 
@@ -240,27 +241,6 @@ fn body_error(e: std::io::Error) -> ApiError {
     ApiError::bad_request(format!("failed to read the request body: {e}"))
 }
 
-/// The body's bytes as they arrive from the async side, as a blocking `Read`.
-struct ChannelReader {
-    frames: tokio::sync::mpsc::Receiver<Bytes>,
-    current: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.frames.blocking_recv() {
-                Some(frame) => self.current = frame,
-                None => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.current.len());
-        out[..n].copy_from_slice(&self.current[..n]);
-        self.current = self.current.slice(n..);
-        Ok(n)
-    }
-}
-
 /// A request body read piece by piece on a blocking thread (see [`stream_body`]), already
 /// decompressed.
 pub struct BodyStream {
@@ -310,13 +290,15 @@ pub async fn stream_body<T: Send + 'static>(
         return Err(too_large());
     }
     let encoding = content_encoding(headers)?;
-    let (sender, frames) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let (sender, pieces) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let pieces = futures::stream::unfold(pieces, |mut pieces| async move {
+        let piece = pieces.recv().await?;
+        Some((Ok::<_, std::io::Error>(piece), pieces))
+    });
+    // the pieces as they arrive, as a blocking `Read` for the decoder's thread
+    let raw = SyncIoBridge::new(StreamReader::new(Box::pin(pieces)));
     let task = tokio::task::spawn_blocking(move || {
-        let raw = Box::new(ChannelReader {
-            frames,
-            current: Bytes::new(),
-        });
-        let reader = magic_decoder(decoder(encoding, raw, limit)?, limit)?;
+        let reader = magic_decoder(decoder(encoding, Box::new(raw), limit)?, limit)?;
         consume(&mut BodyStream { reader })
     });
     let mut received = 0usize;

@@ -15,8 +15,9 @@ use arrow::ipc::writer::StreamWriter;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use quiver_cache::EncodingKey;
 
-/// A result format.
+/// A result format; also the key a cached answer keeps its encoded body under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// JSON array of objects.
@@ -53,19 +54,9 @@ impl FromStr for Format {
     }
 }
 
-impl Format {
-    /// The format's name as the `format` parameter spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Json => "json",
-            Format::JsonLines => "jsonl",
-            Format::Csv => "csv",
-            Format::Arrow => "arrow",
-            Format::Parquet => "parquet",
-            Format::Pretty => "pretty",
-        }
-    }
+impl EncodingKey for Format {}
 
+impl Format {
     /// The format an `Accept` header asks for, if it names one we serve.
     pub fn from_accept(accept: &str) -> Option<Format> {
         accept.split(',').find_map(|part| {

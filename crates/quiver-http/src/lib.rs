@@ -21,6 +21,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use quiver_cache::QueryService;
+use quiver_model::RequestLimits;
 use quiver_storage::Store;
 
 pub use error::{status_of, ApiError};
@@ -31,10 +32,9 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// The SQL engine over `store`, behind the result cache.
     pub queries: Arc<QueryService>,
-    /// Largest request body, compressed or not.
-    pub max_request_bytes: usize,
-    /// Most line errors listed in one write response.
-    pub max_reported_line_errors: usize,
+    /// Largest request body (compressed or not) and most line errors listed in one write
+    /// response.
+    pub limits: RequestLimits,
 }
 
 /// The server's routes.

@@ -27,6 +27,7 @@ use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest};
+use quiver_model::AccessScope;
 use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
 use serde_json::Value;
@@ -73,7 +74,7 @@ pub async fn query_post(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = super::body::read_body(&headers, body, app.max_request_bytes).await?;
+    let bytes = super::body::read_body(&headers, body, app.limits.max_request_bytes).await?;
     let mut request: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
         QueryBody::default()
     } else {
@@ -141,7 +142,7 @@ async fn cached_response(
     cached: &CachedAnswer,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let bytes = match app.queries.encoding(cached, format.name()) {
+    let bytes = match app.queries.encoding(cached, &format) {
         Some(bytes) => bytes,
         None => {
             let result = cached.result().clone();
@@ -149,8 +150,7 @@ async fn cached_response(
             let encoded =
                 encode_blocking(format, move || format.encode(&schema, result.batches())).await?;
             let bytes = Bytes::from(encoded);
-            app.queries
-                .keep_encoding(cached, format.name(), bytes.clone());
+            app.queries.keep_encoding(cached, &format, bytes.clone());
             bytes
         }
     };
@@ -205,10 +205,10 @@ async fn encode_blocking(
 
 /// Who is asking. Until tokens exist, the presented credential itself is the scope, so callers
 /// presenting different credentials never share cached answers.
-fn access_scope(headers: &HeaderMap) -> String {
+fn access_scope(headers: &HeaderMap) -> AccessScope {
     match headers.get(header::AUTHORIZATION) {
-        Some(value) => format!("credential:{}", String::from_utf8_lossy(value.as_bytes())),
-        None => "anonymous".to_string(),
+        Some(value) => AccessScope::credential(value.as_bytes()),
+        None => AccessScope::Anonymous,
     }
 }
 

@@ -158,15 +158,15 @@ async fn write(
     body: Body,
 ) -> Result<Response, ApiError> {
     quiver_storage::validate_database_name(&request.database)?;
-    let raw = read_raw_body(headers, body, app.max_request_bytes).await?;
+    let raw = read_raw_body(headers, body, app.limits.max_request_bytes).await?;
     let options = DecodeOptions {
         precision: request.precision,
         default_time_ns: now_ns(),
-        max_reported_errors: app.max_reported_line_errors,
+        max_reported_errors: app.limits.max_reported_line_errors,
     };
     let store = app.store.clone();
     let database = request.database.clone();
-    let (headers, limit) = (headers.clone(), app.max_request_bytes);
+    let (headers, limit) = (headers.clone(), app.limits.max_request_bytes);
     let mut decoded = off_the_workers(move || {
         let body = decode_content(&headers, raw, limit)?;
         Ok(match store.database(&database) {

@@ -51,8 +51,8 @@ pub async fn write_arrow(
             ));
         }
     }
-    let bytes = read_body(&headers, body, app.max_request_bytes).await?;
-    let max_bytes = app.max_request_bytes;
+    let bytes = read_body(&headers, body, app.limits.max_request_bytes).await?;
+    let max_bytes = app.limits.max_request_bytes;
     let tables = off_the_workers(move || decode_stream(&table, bytes, max_bytes)).await?;
     write_all_or_nothing(&app, &database, tables, durability).await
 }

@@ -57,7 +57,7 @@ pub async fn write_msgpack(
     };
     let store = app.store.clone();
     let db = database.clone();
-    let tables = stream_body(&headers, body, app.max_request_bytes, move |body| {
+    let tables = stream_body(&headers, body, app.limits.max_request_bytes, move |body| {
         decode_stream(body, &options, &store, &db)
     })
     .await?;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use quiver_cache::{CacheConfig, QueryService};
 use quiver_http::AppState;
+use quiver_model::RequestLimits;
 use quiver_query::{QueryEngine, QueryOptions};
 use quiver_storage::{Store, StoreLimits, StoreOptions};
 use serde_json::Value;
@@ -17,9 +18,11 @@ async fn start(dir: &std::path::Path) -> String {
     let engine = Arc::new(QueryEngine::new(store.clone(), QueryOptions::default()).unwrap());
     let state = Arc::new(AppState {
         store,
-        queries: QueryService::new(engine, CacheConfig::default()),
-        max_request_bytes: MAX_REQUEST_BYTES,
-        max_reported_line_errors: 10,
+        queries: QueryService::new(engine, CacheConfig::for_tests()),
+        limits: RequestLimits {
+            max_request_bytes: MAX_REQUEST_BYTES,
+            max_reported_line_errors: 10,
+        },
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

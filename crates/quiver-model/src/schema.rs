@@ -94,12 +94,20 @@ impl ColumnType {
         })
     }
 
-    /// A description for error messages (`tag`, `float field`, ...).
+    /// A description for error messages, with its article (`a tag`, `an integer field`, ...).
     pub fn describe(self) -> String {
         match self {
-            ColumnType::Time => "time column".into(),
-            ColumnType::Tag => "tag".into(),
-            ColumnType::Field(f) => format!("{} field", f.name()),
+            ColumnType::Time => "the time column".into(),
+            ColumnType::Tag => "a tag".into(),
+            ColumnType::Field(f) => {
+                let name = f.name();
+                let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                format!("{article} {name} field")
+            }
         }
     }
 }

@@ -38,12 +38,13 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use quiver_cache::{AnswerBody, CachedAnswer, QueryService};
+use quiver_model::AccessScope;
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
 use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};
 use super::errors::{error, query_error, sqlstate};
-use super::kept_rows::{encoding_name, kept_rows, RowRecorder};
+use super::kept_rows::{kept_rows, RowEncoding, RowRecorder};
 use super::settings::{database_of, user_of, SessionSettings};
 use super::statement::{classify, Command};
 
@@ -204,7 +205,7 @@ fn positional_parameters(
 /// Everything a statement needs from its connection.
 struct Session {
     database: String,
-    scope: String,
+    scope: AccessScope,
     cancel: Option<Arc<Registration>>,
     settings: Arc<SessionSettings>,
 }
@@ -214,7 +215,7 @@ impl Session {
         let extensions = client.session_extensions();
         Session {
             database: database_of(client),
-            scope: format!("user:{}", user_of(client)),
+            scope: AccessScope::user(user_of(client)),
             cancel: extensions.get::<Registration>(),
             settings: extensions.get_or_insert_with(SessionSettings::default),
         }
@@ -373,9 +374,9 @@ impl PgHandler {
         format: &Format,
         fields: Arc<Vec<FieldInfo>>,
     ) -> BoxStream<'static, PgWireResult<DataRow>> {
-        let name = encoding_name(format, fields.len());
+        let encoding = RowEncoding::of(format, fields.len());
         let field_count = fields.len() as i16;
-        if let Some(encoded) = self.queries.encoding(&cached, &name) {
+        if let Some(encoded) = self.queries.encoding(&cached, &encoding) {
             let rows = kept_rows(&encoded, field_count).map(|row| {
                 row.ok_or_else(|| error(sqlstate::INTERNAL_ERROR, "a kept row encoding is cut"))
             });
@@ -397,7 +398,7 @@ impl PgHandler {
         let queries = self.queries.clone();
         let keep = futures::stream::once(async move {
             if let Some(encoded) = recorder.lock().finish() {
-                queries.keep_encoding(&cached, &name, encoded);
+                queries.keep_encoding(&cached, &encoding, encoded);
             }
             None
         })

@@ -11,19 +11,24 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use pgwire::api::portal::Format;
 use pgwire::api::results::FieldFormat;
 use pgwire::messages::data::DataRow;
+use quiver_cache::EncodingKey;
 
-/// The name a cached answer keeps its rows under when encoded with `format` for `columns`
-/// columns: `pg:` and a letter per column (`t` text, `b` binary).
-pub(super) fn encoding_name(format: &Format, columns: usize) -> String {
-    let mut name = String::with_capacity(3 + columns);
-    name.push_str("pg:");
-    for column in 0..columns {
-        name.push(match format.format_for(column) {
-            FieldFormat::Text => 't',
-            FieldFormat::Binary => 'b',
-        });
+/// The key a cached answer keeps its rows under: whether each column is sent in binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RowEncoding {
+    binary: Vec<bool>,
+}
+
+impl EncodingKey for RowEncoding {}
+
+impl RowEncoding {
+    /// The encoding of `columns` columns in `format`.
+    pub(super) fn of(format: &Format, columns: usize) -> Self {
+        let binary = (0..columns)
+            .map(|column| format.format_for(column) == FieldFormat::Binary)
+            .collect();
+        RowEncoding { binary }
     }
-    name
 }
 
 /// Records the rows of one answer as they are sent, up to `max_bytes` (an encoding larger
@@ -177,12 +182,17 @@ mod tests {
     }
 
     #[test]
-    fn names_spell_each_columns_format() {
-        assert_eq!(encoding_name(&Format::UnifiedText, 3), "pg:ttt");
-        assert_eq!(encoding_name(&Format::UnifiedBinary, 2), "pg:bb");
+    fn keys_tell_each_columns_format() {
+        let binary = |format: &Format, columns| RowEncoding::of(format, columns).binary;
+        assert_eq!(binary(&Format::UnifiedText, 3), [false; 3]);
+        assert_eq!(binary(&Format::UnifiedBinary, 2), [true; 2]);
         assert_eq!(
-            encoding_name(&Format::Individual(vec![0, 1, 1]), 3),
-            "pg:tbb"
+            binary(&Format::Individual(vec![0, 1, 1]), 3),
+            [false, true, true]
+        );
+        assert_ne!(
+            RowEncoding::of(&Format::UnifiedText, 2),
+            RowEncoding::of(&Format::UnifiedText, 3)
         );
     }
 }

@@ -25,7 +25,7 @@ async fn start(dir: &std::path::Path, lines: &str) -> tokio_postgres::Client {
     let engine = Arc::new(QueryEngine::new(store.clone(), QueryOptions::default()).unwrap());
     let server = Arc::new(PgServer::new(
         store,
-        QueryService::new(engine, CacheConfig::default()),
+        QueryService::new(engine, CacheConfig::for_tests()),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -19,30 +19,48 @@ use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlD
 use parking_lot::Mutex;
 use quiver_model::{Classify, ErrorKind};
 use quiver_storage::{StorageError, Store};
+use serde::{Deserialize, Serialize};
 
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 
-/// Settings of the SQL engine.
-#[derive(Debug, Clone)]
+/// Settings of the SQL engine. The serde names are the server's configuration keys;
+/// `session_setup` is wired by the program, not configured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct QueryOptions {
-    /// Parallelism of one query (DataFusion's `target_partitions`).
+    /// Parallelism of one query (DataFusion's `target_partitions`); 0 means the number of CPU
+    /// cores.
+    #[serde(rename = "query_partitions")]
     pub target_partitions: usize,
-    /// Memory all running queries together may use for operators that buffer (sorts, joins,
-    /// aggregations); a query needing more fails with a clear error instead of exhausting RAM.
+    /// Memory in bytes that running queries together may use for operators that buffer
+    /// (sorts, joins, aggregations); a query needing more fails with a clear error instead of
+    /// exhausting RAM.
+    #[serde(rename = "query_memory_bytes")]
     pub memory_limit_bytes: usize,
     /// Extensions applied to every database's session when it is created, in order.
+    #[serde(skip)]
     pub session_setup: Vec<Arc<dyn SessionSetup>>,
 }
 
 impl Default for QueryOptions {
     fn default() -> Self {
         QueryOptions {
-            target_partitions: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            target_partitions: 0,
             memory_limit_bytes: 4 << 30,
             session_setup: Vec::new(),
+        }
+    }
+}
+
+impl QueryOptions {
+    /// The parallelism of one query: `target_partitions`, or the number of CPU cores if 0.
+    pub fn partitions(&self) -> usize {
+        match self.target_partitions {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
         }
     }
 }
@@ -427,7 +445,7 @@ fn session_config(options: &QueryOptions) -> SessionConfig {
     SessionConfig::new()
         .with_information_schema(true)
         .with_create_default_catalog_and_schema(false)
-        .with_target_partitions(options.target_partitions)
+        .with_target_partitions(options.partitions())
 }
 
 /// True for statements that only read: queries, `SHOW`, `EXPLAIN` of a query, `DESCRIBE`.

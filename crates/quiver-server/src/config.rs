@@ -7,15 +7,21 @@
 
 use std::path::{Path, PathBuf};
 
+use clap::Args;
+use quiver_cache::CacheConfig;
+use quiver_model::RequestLimits;
+use quiver_query::QueryOptions;
+use quiver_storage::{StoreLimits, StoreOptions};
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-/// Every setting of a Quiver server. `quiver config` prints this.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
+/// Every setting of a Quiver server; `quiver config` prints this. The server's own settings
+/// (listen addresses, logging) are here; every other setting is declared, documented and
+/// defaulted once, in the options struct of the crate that uses it, whose serde names are the
+/// keys (flat: `cache_ttl_secs`, not `[cache] ttl_secs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Config {
-    /// Directory for the server's data.
-    pub data_dir: PathBuf,
     /// HTTP API listen address.
     pub http_addr: String,
     /// Arrow Flight SQL listen address (gRPC).
@@ -24,101 +30,51 @@ pub struct Config {
     pub pg_addr: String,
     /// Log filter in `tracing` syntax (`info`, `quiver=debug,info`, ...).
     pub log_filter: String,
-    /// Log format: `text` or `json`.
-    pub log_format: String,
-    /// Largest accepted request body in bytes, before and after decompression (413 beyond).
-    pub max_request_bytes: usize,
-    /// Most rejected lines a write response lists (all are counted).
-    pub max_reported_line_errors: usize,
-    /// Most databases the server holds.
-    pub max_databases: usize,
-    /// Most tables per database.
-    pub max_tables_per_database: usize,
-    /// Most columns per table (time, tags and fields together).
-    pub max_columns_per_table: usize,
-    /// Parallelism of one query; 0 means the number of CPU cores.
-    pub query_partitions: usize,
-    /// Memory in bytes that running queries together may use for sorts, joins and aggregates.
-    pub query_memory_bytes: usize,
-    /// Fsync the WAL before acknowledging a write (group commit). `false` acknowledges writes
-    /// the operating system may still lose on a power cut: for throwaway data only.
-    pub wal_fsync: bool,
-    /// A new WAL segment file is started once the current one reaches this size.
-    pub wal_segment_bytes: u64,
-    /// Corruption in the middle of the WAL at startup: `strict` refuses to start (naming the
-    /// file and offset), `truncate` drops the corrupt record and everything after it.
-    pub wal_recovery: String,
-    /// The write buffer is persisted to Parquet once it holds this many bytes of Arrow data.
-    pub persist_buffer_bytes: usize,
-    /// The buffer is persisted once its oldest write is this many seconds old.
-    pub persist_max_age_secs: u64,
-    /// Writes wait for persistence once the buffer holds this many bytes (and fail with 503 if
-    /// persisting is failing): the bound on buffer memory.
-    pub max_buffer_bytes: usize,
-    /// Length of a Parquet time partition in hours (24: one directory per day).
-    pub partition_hours: u64,
-    /// Rows per Parquet row group.
-    pub parquet_row_group_rows: usize,
-    /// Serve repeated queries from the result cache.
-    pub cache_enabled: bool,
-    /// Bytes the result cache may hold (default: 1/16 of physical memory, 64 MiB–8 GiB).
-    pub cache_capacity_bytes: u64,
-    /// Largest cached answer in bytes (batches plus encodings); bigger answers stream uncached.
-    pub cache_max_entry_bytes: u64,
-    /// A cached answer is dropped this many seconds after it was computed.
-    pub cache_ttl_secs: u64,
-    /// A cached answer is dropped after this many seconds without a hit.
-    pub cache_idle_secs: u64,
-    /// 0: queries reading the clock (`now()`, `current_date`) bypass the cache. N > 0: they run
-    /// with the clock rounded down to N seconds and are cached per rounded instant, so their
-    /// answers may lag the wall clock by up to N seconds (never the data).
-    pub cache_clock_granularity_secs: u64,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// The data directory, the WAL and persistence.
+    #[serde(flatten)]
+    pub store: StoreOptions,
+    /// How many databases, tables and columns writes may create.
+    #[serde(flatten)]
+    pub limits: StoreLimits,
+    /// Bounds on one request, on every protocol.
+    #[serde(flatten)]
+    pub requests: RequestLimits,
+    /// The SQL engine.
+    #[serde(flatten)]
+    pub query: QueryOptions,
+    /// The result cache.
+    #[serde(flatten)]
+    pub cache: CacheConfig,
+}
+
+/// How log lines are written to standard error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            data_dir: PathBuf::from("./quiver-data"),
             http_addr: "127.0.0.1:8086".into(),
             flight_addr: "127.0.0.1:8815".into(),
             pg_addr: "127.0.0.1:5433".into(),
             log_filter: "info".into(),
-            log_format: "text".into(),
-            max_request_bytes: 64 << 20,
-            max_reported_line_errors: 100,
-            max_databases: 1_000,
-            max_tables_per_database: 10_000,
-            max_columns_per_table: 1_000,
-            query_partitions: 0,
-            query_memory_bytes: 4 << 30,
-            wal_fsync: true,
-            wal_segment_bytes: 64 << 20,
-            wal_recovery: "strict".into(),
-            persist_buffer_bytes: 256 << 20,
-            persist_max_age_secs: 600,
-            max_buffer_bytes: 512 << 20,
-            partition_hours: 24,
-            parquet_row_group_rows: 128 * 1024,
-            cache_enabled: true,
-            cache_capacity_bytes: default_cache_capacity(),
-            cache_max_entry_bytes: 64 << 20,
-            cache_ttl_secs: 3600,
-            cache_idle_secs: 600,
-            cache_clock_granularity_secs: 0,
+            log_format: LogFormat::Text,
+            store: StoreOptions::default(),
+            limits: StoreLimits::default(),
+            requests: RequestLimits::default(),
+            query: QueryOptions::default(),
+            cache: CacheConfig::default(),
         }
     }
-}
-
-/// 1/16 of physical memory, between 64 MiB and 8 GiB (1 GiB if memory cannot be read).
-fn default_cache_capacity() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        });
-    total.map_or(1 << 30, |bytes| (bytes / 16).clamp(64 << 20, 8 << 30))
 }
 
 /// A configuration that could not be loaded; the message names the key and where it came from.
@@ -126,24 +82,41 @@ fn default_cache_capacity() -> u64 {
 #[error("{0}")]
 pub struct ConfigError(String);
 
-/// Settings given as command-line flags (`None`: not given).
-#[derive(Debug, Default, Clone)]
+/// The settings `serve` and `config` take as command-line flags (`None`: not given). A flag is
+/// declared here once: its field name is the configuration key it overrides.
+#[derive(Debug, Default, Clone, Args, Serialize)]
 pub struct FlagOverrides {
-    /// `--data-dir`
+    /// Data directory.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
-    /// `--http-addr`
+    /// HTTP listen address, HOST:PORT.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub http_addr: Option<String>,
-    /// `--flight-addr`
+    /// Arrow Flight SQL listen address, HOST:PORT.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub flight_addr: Option<String>,
-    /// `--pg-addr`
+    /// PostgreSQL wire listen address, HOST:PORT.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pg_addr: Option<String>,
-    /// `--cache-enabled`
+    /// Serve repeated queries from the result cache (true or false).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_enabled: Option<bool>,
-    /// `--cache-capacity-bytes`
+    /// Bytes the result cache may hold.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_capacity_bytes: Option<u64>,
-    /// `--cache-max-entry-bytes`
+    /// Largest cached answer in bytes.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_max_entry_bytes: Option<u64>,
-    /// `--cache-ttl-secs`
+    /// Seconds a cached answer lives after it was computed.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_ttl_secs: Option<u64>,
 }
 
@@ -168,23 +141,16 @@ impl Config {
                 .or_else(|| Some(PathBuf::from("quiver.toml")).filter(|p| p.exists()))
         });
         if let Some(path) = &file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError(format!("cannot read config file {}: {e}", path.display()))
-            })?;
-            let table: Table = toml::from_str(&text).map_err(|e| {
-                ConfigError(format!(
-                    "config file {} is not valid TOML: {e}",
-                    path.display()
-                ))
-            })?;
+            let source = format!("config file {}", path.display());
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("cannot read {source}: {e}")))?;
+            let table: Table = toml::from_str(&text)
+                .map_err(|e| ConfigError(format!("{source} is not valid TOML: {e}")))?;
             for (key, value) in table {
                 if !defaults.contains_key(&key) {
-                    return Err(ConfigError(format!(
-                        "unknown key {key:?} in config file {}",
-                        path.display()
-                    )));
+                    return Err(ConfigError(format!("unknown key {key:?} in {source}")));
                 }
-                merged.insert(key, value);
+                set(&mut merged, &defaults, key, value, &source)?;
             }
         }
         for (name, raw) in &env {
@@ -192,43 +158,18 @@ impl Config {
                 continue;
             };
             let key = key.to_ascii_lowercase();
-            if key == "config" {
-                continue;
-            }
             let Some(default) = defaults.get(&key) else {
-                // Not a setting (e.g. a variable for tests); ignore rather than fail.
+                // Not a setting (QUIVER_CONFIG, a variable for tests): ignore rather than fail.
                 continue;
             };
-            merged.insert(
-                key.clone(),
-                typed_like(default, raw, &format!("environment variable {name}"))?,
-            );
+            let source = format!("environment variable {name}");
+            let value = typed_like(default, raw, &source)?;
+            set(&mut merged, &defaults, key, value, &source)?;
         }
-        let text = |v: &Option<String>| v.clone().map(Value::String);
-        let integer = |v: Option<u64>| v.map(|n| Value::Integer(n.try_into().unwrap_or(i64::MAX)));
-        let flag_values = [
-            (
-                "data_dir",
-                flags
-                    .data_dir
-                    .as_ref()
-                    .map(|p| Value::String(p.display().to_string())),
-            ),
-            ("http_addr", text(&flags.http_addr)),
-            ("flight_addr", text(&flags.flight_addr)),
-            ("pg_addr", text(&flags.pg_addr)),
-            ("cache_enabled", flags.cache_enabled.map(Value::Boolean)),
-            ("cache_capacity_bytes", integer(flags.cache_capacity_bytes)),
-            (
-                "cache_max_entry_bytes",
-                integer(flags.cache_max_entry_bytes),
-            ),
-            ("cache_ttl_secs", integer(flags.cache_ttl_secs)),
-        ];
-        for (key, value) in flag_values {
-            if let Some(value) = value {
-                merged.insert(key.to_string(), value);
-            }
+        let flags = Table::try_from(flags).expect("flags serialize");
+        for (key, value) in flags {
+            let source = format!("flag --{}", key.replace('_', "-"));
+            set(&mut merged, &defaults, key, value, &source)?;
         }
         let config: Config = Value::Table(merged)
             .try_into()
@@ -249,57 +190,42 @@ impl Config {
                 )));
             }
         }
-        if !matches!(self.log_format.as_str(), "text" | "json") {
-            return Err(ConfigError(format!(
-                "log_format {:?} must be \"text\" or \"json\"",
-                self.log_format
-            )));
-        }
-        if !matches!(self.wal_recovery.as_str(), "strict" | "truncate") {
-            return Err(ConfigError(format!(
-                "wal_recovery {:?} must be \"strict\" or \"truncate\"",
-                self.wal_recovery
-            )));
-        }
-        self.persist_options().validate().map_err(ConfigError)?;
-        self.cache_config().validate().map_err(ConfigError)?;
-        if self.max_request_bytes == 0 {
-            return Err(ConfigError(
-                "max_request_bytes must be greater than 0".into(),
-            ));
-        }
+        self.store.persist.validate().map_err(ConfigError)?;
+        self.cache.validate().map_err(ConfigError)?;
+        self.requests.validate().map_err(ConfigError)?;
         Ok(())
-    }
-
-    /// When and how the write buffer is persisted to Parquet.
-    pub fn persist_options(&self) -> quiver_storage::PersistOptions {
-        quiver_storage::PersistOptions {
-            persist_bytes: self.persist_buffer_bytes,
-            max_buffer_bytes: self.max_buffer_bytes,
-            max_age: std::time::Duration::from_secs(self.persist_max_age_secs),
-            partition: std::time::Duration::from_secs(self.partition_hours.saturating_mul(3600)),
-            row_group_rows: self.parquet_row_group_rows,
-        }
-    }
-
-    /// The result cache's settings.
-    pub fn cache_config(&self) -> quiver_cache::CacheConfig {
-        use std::time::Duration;
-        quiver_cache::CacheConfig {
-            enabled: self.cache_enabled,
-            capacity_bytes: self.cache_capacity_bytes,
-            max_entry_bytes: self.cache_max_entry_bytes,
-            ttl: Duration::from_secs(self.cache_ttl_secs),
-            idle: Duration::from_secs(self.cache_idle_secs),
-            clock_granularity: (self.cache_clock_granularity_secs > 0)
-                .then(|| Duration::from_secs(self.cache_clock_granularity_secs)),
-        }
     }
 
     /// The configuration as TOML, as `quiver config` prints it.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("config serializes")
     }
+}
+
+/// Sets `key` to `value` in `merged`, once it is known to be a valid value for that key alone
+/// (so a wrong type or an unknown choice is reported with its key and `source`).
+fn set(
+    merged: &mut Table,
+    defaults: &Table,
+    key: String,
+    value: Value,
+    source: &str,
+) -> Result<(), ConfigError> {
+    let mut probe = defaults.clone();
+    probe.insert(key.clone(), value.clone());
+    if let Err(e) = Value::Table(probe).try_into::<Config>() {
+        // toml spreads its messages over lines; one line reads better in a log
+        let reason = e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(ConfigError(format!(
+            "{key} = {value} from {source} is invalid: {reason}"
+        )));
+    }
+    merged.insert(key, value);
+    Ok(())
 }
 
 /// Parses `raw` into a TOML value of the same type as `like`.
@@ -347,8 +273,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.http_addr, "127.0.0.1:1000");
-        assert_eq!(config.max_request_bytes, 7);
-        assert_eq!(config.data_dir, PathBuf::from("/c"));
+        assert_eq!(config.requests.max_request_bytes, 7);
+        assert_eq!(config.store.data_dir, PathBuf::from("/c"));
         assert_eq!(config.pg_addr, "127.0.0.1:5433");
     }
 
@@ -386,8 +312,109 @@ mod tests {
 
     #[test]
     fn printed_config_round_trips() {
-        let config = Config::default();
-        let parsed: Config = toml::from_str(&config.to_toml()).unwrap();
-        assert_eq!(parsed, config);
+        let mut config = Config {
+            log_format: LogFormat::Json,
+            ..Config::default()
+        };
+        config.store.wal.recovery = quiver_storage::Recovery::Truncate;
+        config.cache.clock_granularity = Some(std::time::Duration::from_secs(5));
+        config.store.persist.partition = std::time::Duration::from_secs(6 * 3600);
+        let printed = config.to_toml();
+        let parsed: Config = toml::from_str(&printed).unwrap();
+        assert_eq!(parsed.to_toml(), printed);
+        assert_eq!(parsed.cache, config.cache);
+        assert_eq!(parsed.store, config.store);
+        assert!(printed.contains("log_format = \"json\""), "{printed}");
+        assert!(printed.contains("wal_recovery = \"truncate\""), "{printed}");
+        assert!(printed.contains("partition_hours = 6\n"), "{printed}");
+        assert!(
+            printed.contains("cache_clock_granularity_secs = 5\n"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn keys_are_the_documented_ones() {
+        let printed = Config::default().to_toml();
+        let table: Table = toml::from_str(&printed).unwrap();
+        let mut keys: Vec<&str> = table.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut expected = vec![
+            "data_dir",
+            "http_addr",
+            "flight_addr",
+            "pg_addr",
+            "log_filter",
+            "log_format",
+            "max_request_bytes",
+            "max_reported_line_errors",
+            "max_databases",
+            "max_tables_per_database",
+            "max_columns_per_table",
+            "query_partitions",
+            "query_memory_bytes",
+            "wal_fsync",
+            "wal_segment_bytes",
+            "wal_recovery",
+            "persist_buffer_bytes",
+            "persist_max_age_secs",
+            "max_buffer_bytes",
+            "partition_hours",
+            "parquet_row_group_rows",
+            "cache_enabled",
+            "cache_capacity_bytes",
+            "cache_max_entry_bytes",
+            "cache_ttl_secs",
+            "cache_idle_secs",
+            "cache_clock_granularity_secs",
+        ];
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+    }
+
+    #[test]
+    fn choices_and_types_are_checked_per_key() {
+        for (name, value, needle) in [
+            ("QUIVER_LOG_FORMAT", "xml", "log_format"),
+            ("QUIVER_WAL_RECOVERY", "maybe", "wal_recovery"),
+            ("QUIVER_CACHE_TTL_SECS", "-5", "cache_ttl_secs"),
+            ("QUIVER_WAL_FSYNC", "yes", "QUIVER_WAL_FSYNC"),
+        ] {
+            let err = Config::load(None, env(&[(name, value)]), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{name}={value}: {err}");
+            assert!(err.contains(name), "{name}={value}: {err}");
+        }
+        let config = Config::load(
+            None,
+            env(&[
+                ("QUIVER_WAL_RECOVERY", "truncate"),
+                ("QUIVER_LOG_FORMAT", "json"),
+            ]),
+            &FlagOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            config.store.wal.recovery,
+            quiver_storage::Recovery::Truncate
+        );
+        assert_eq!(config.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn flags_override_by_their_key() {
+        let config = Config::load(
+            None,
+            env(&[("QUIVER_CACHE_TTL_SECS", "5")]),
+            &FlagOverrides {
+                cache_ttl_secs: Some(9),
+                cache_enabled: Some(false),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(config.cache.ttl, std::time::Duration::from_secs(9));
+        assert!(!config.cache.enabled);
     }
 }

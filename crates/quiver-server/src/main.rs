@@ -38,45 +38,13 @@ struct ServerArgs {
     /// Configuration file (default: `$QUIVER_CONFIG`, else `./quiver.toml` if it exists).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Data directory.
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// HTTP listen address, HOST:PORT.
-    #[arg(long)]
-    http_addr: Option<String>,
-    /// Arrow Flight SQL listen address, HOST:PORT.
-    #[arg(long)]
-    flight_addr: Option<String>,
-    /// PostgreSQL wire listen address, HOST:PORT.
-    #[arg(long)]
-    pg_addr: Option<String>,
-    /// Serve repeated queries from the result cache (true or false).
-    #[arg(long)]
-    cache_enabled: Option<bool>,
-    /// Bytes the result cache may hold.
-    #[arg(long)]
-    cache_capacity_bytes: Option<u64>,
-    /// Largest cached answer in bytes.
-    #[arg(long)]
-    cache_max_entry_bytes: Option<u64>,
-    /// Seconds a cached answer lives after it was computed.
-    #[arg(long)]
-    cache_ttl_secs: Option<u64>,
+    #[command(flatten)]
+    flags: FlagOverrides,
 }
 
 impl ServerArgs {
     fn load(self) -> Result<Config, config::ConfigError> {
-        let flags = FlagOverrides {
-            data_dir: self.data_dir,
-            http_addr: self.http_addr,
-            flight_addr: self.flight_addr,
-            pg_addr: self.pg_addr,
-            cache_enabled: self.cache_enabled,
-            cache_capacity_bytes: self.cache_capacity_bytes,
-            cache_max_entry_bytes: self.cache_max_entry_bytes,
-            cache_ttl_secs: self.cache_ttl_secs,
-        };
-        Config::load(self.config.as_deref(), std::env::vars(), &flags)
+        Config::load(self.config.as_deref(), std::env::vars(), &self.flags)
     }
 }
 

@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use quiver_cache::QueryService;
-use quiver_query::{QueryEngine, QueryOptions};
-use quiver_storage::{Store, StoreLimits, StoreOptions, WalOptions};
+use quiver_query::QueryEngine;
+use quiver_storage::Store;
 use tracing_subscriber::EnvFilter;
 
 use quiver_flight::QuiverFlightSql;
 use quiver_http::{self as http, AppState};
 use quiver_pgwire::{PgServer, PostgresCatalog};
 
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -50,9 +50,6 @@ fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeE
     move |source| ServeError::Io { context, source }
 }
 
-/// Largest WAL record (one write request's rows as Arrow); replay trusts lengths up to this.
-const MAX_WAL_RECORD_BYTES: usize = 1 << 30;
-
 /// Runs the server until SIGTERM or Ctrl-C, then drains in-flight requests and returns.
 pub fn run(config: Config) -> Result<(), ServeError> {
     init_logging(&config)?;
@@ -74,7 +71,7 @@ fn init_logging(config: &Config) -> Result<(), ServeError> {
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    if config.log_format == "json" {
+    if config.log_format == LogFormat::Json {
         builder.json().init();
     } else {
         builder.init();
@@ -83,25 +80,8 @@ fn init_logging(config: &Config) -> Result<(), ServeError> {
 }
 
 async fn serve(config: Config) -> Result<(), ServeError> {
-    let limits = StoreLimits {
-        max_databases: config.max_databases,
-        max_tables_per_database: config.max_tables_per_database,
-        max_columns_per_table: config.max_columns_per_table,
-    };
-    let wal = WalOptions {
-        dir: config.data_dir.join("wal"),
-        segment_bytes: config.wal_segment_bytes,
-        max_record_bytes: MAX_WAL_RECORD_BYTES,
-        fsync: config.wal_fsync,
-        recovery: config.wal_recovery.parse().map_err(ServeError::Config)?,
-    };
     let started = std::time::Instant::now();
-    let options = StoreOptions {
-        data_dir: config.data_dir.clone(),
-        wal,
-        persist: config.persist_options(),
-    };
-    let (store, opened) = Store::open(limits, options)?;
+    let (store, opened) = Store::open(config.limits.clone(), config.store.clone())?;
     tracing::info!(
         parquet_files = opened.files,
         persisted_through_seq = opened.persisted_through_seq,
@@ -115,23 +95,17 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "storage opened: catalog loaded, WAL replayed"
     );
-    if !config.wal_fsync {
+    if !config.store.wal.fsync {
         tracing::warn!(
             "wal_fsync = false: acknowledged writes can be lost on a power cut or OS crash"
         );
     }
     let postgres_catalog = PostgresCatalog::new(store.clone())
         .map_err(|e| ServeError::Config(format!("cannot build the PostgreSQL catalog: {e}")))?;
-    let mut query_options = QueryOptions {
-        memory_limit_bytes: config.query_memory_bytes,
-        session_setup: vec![Arc::new(postgres_catalog)],
-        ..QueryOptions::default()
-    };
-    if config.query_partitions > 0 {
-        query_options.target_partitions = config.query_partitions;
-    }
+    let mut query_options = config.query.clone();
+    query_options.session_setup.push(Arc::new(postgres_catalog));
     let engine = Arc::new(QueryEngine::new(store.clone(), query_options)?);
-    let cache = config.cache_config();
+    let cache = config.cache.clone();
     tracing::info!(
         enabled = cache.enabled,
         capacity_bytes = cache.capacity_bytes,
@@ -142,8 +116,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     let state = Arc::new(AppState {
         store: store.clone(),
         queries: queries.clone(),
-        max_request_bytes: config.max_request_bytes,
-        max_reported_line_errors: config.max_reported_line_errors,
+        limits: config.requests.clone(),
     });
     let listener = tokio::net::TcpListener::bind(&config.http_addr)
         .await
@@ -167,7 +140,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         http_addr = %config.http_addr,
         flight_addr = %config.flight_addr,
         pg_addr = %config.pg_addr,
-        data_dir = %store.data_dir().unwrap_or(&config.data_dir).display(),
+        data_dir = %store.data_dir().unwrap_or(&config.store.data_dir).display(),
         version = env!("CARGO_PKG_VERSION"),
         "quiver is serving"
     );
@@ -178,9 +151,10 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     });
     let postgres = Arc::new(PgServer::new(store.clone(), queries.clone()))
         .serve(pg_listener, stopped(stopping.clone()));
-    let flight_sql = QuiverFlightSql::new(store.clone(), queries, config.max_request_bytes);
+    let flight_sql =
+        QuiverFlightSql::new(store.clone(), queries, config.requests.max_request_bytes);
     let flight = FlightServiceServer::new(flight_sql)
-        .max_decoding_message_size(config.max_request_bytes)
+        .max_decoding_message_size(config.requests.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
     let flight = tonic::transport::Server::builder()
         .add_service(flight)

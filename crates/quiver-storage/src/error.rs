@@ -24,9 +24,7 @@ pub enum StorageError {
         reason: &'static str,
     },
     /// A column whose type differs from the one the table already has.
-    #[error(
-        "column {column:?} of table {table:?} is a {existing}; the write has it as a {written}"
-    )]
+    #[error("column {column:?} of table {table:?} is {existing}; the write has it as {written}")]
     SchemaConflict {
         /// The table.
         table: String,

@@ -36,6 +36,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use quiver_model::schema::DecodedTable;
 use quiver_wal::Wal;
+use serde::{Deserialize, Serialize};
 
 pub use buffer::TableChangeListener;
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
@@ -57,15 +58,34 @@ use buffer::{ApplyToTables, Buffer};
 use database::DatabaseMap;
 use persister::Persister;
 
-/// Where a durable store keeps its data and when it persists.
-#[derive(Debug, Clone)]
+/// The WAL's directory inside the data directory, unless the options name another.
+pub const WAL_DIR: &str = "wal";
+
+/// Where a durable store keeps its data and when it persists. The serde names are the
+/// server's configuration keys (the WAL's and persistence's keys sit beside `data_dir`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StoreOptions {
-    /// The data directory: `catalog.json` and `tables/` live here.
+    /// Directory for the server's data: `catalog.json`, `tables/`, `wal/` and the `LOCK` that
+    /// keeps a second server out. A relative name is resolved against the working directory
+    /// once, at start-up.
     pub data_dir: PathBuf,
-    /// The write-ahead log (usually in `<data_dir>/wal`).
+    /// The write-ahead log (in `<data_dir>/wal` unless `wal.dir` names another directory).
+    #[serde(flatten)]
     pub wal: WalOptions,
     /// Persistence thresholds and file layout.
+    #[serde(flatten)]
     pub persist: PersistOptions,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            data_dir: PathBuf::from("./quiver-data"),
+            wal: WalOptions::default(),
+            persist: PersistOptions::default(),
+        }
+    }
 }
 
 impl StoreOptions {
@@ -75,11 +95,9 @@ impl StoreOptions {
         StoreOptions {
             data_dir: dir.to_path_buf(),
             wal: WalOptions {
-                dir: dir.join("wal"),
                 segment_bytes: 64 << 10,
-                max_record_bytes: 1 << 30,
                 fsync: false,
-                recovery: Recovery::Strict,
+                ..WalOptions::default()
             },
             persist: PersistOptions {
                 persist_bytes: usize::MAX / 2,
@@ -156,6 +174,9 @@ impl Store {
         catalog::create_dir_durably(&options.data_dir)?;
         options.data_dir = std::fs::canonicalize(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
+        if options.wal.dir.as_os_str().is_empty() {
+            options.wal.dir = options.data_dir.join(WAL_DIR);
+        }
         options.wal.dir = std::path::absolute(&options.wal.dir)
             .map_err(|e| StorageError::io(&options.wal.dir, e))?;
         let lock = catalog::DataDirLock::acquire(&options.data_dir)?;

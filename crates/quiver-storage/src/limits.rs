@@ -4,8 +4,10 @@
 
 use crate::error::StorageError;
 
-/// Bounds that keep hostile or runaway writes from exhausting memory.
-#[derive(Debug, Clone)]
+/// Bounds that keep hostile or runaway writes from exhausting memory. The serde names are the
+/// server's configuration keys.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StoreLimits {
     /// Most databases a server holds.
     pub max_databases: usize,

@@ -17,6 +17,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use serde::{Deserialize, Serialize};
 
 use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
 use crate::dedup::series_key_and_fields;
@@ -29,18 +30,26 @@ pub const TABLES_DIR: &str = "tables";
 const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
 const NANOS_PER_DAY: i64 = 24 * NANOS_PER_HOUR;
 
-/// When the buffer is persisted, and how files are laid out.
-#[derive(Debug, Clone)]
+/// When the buffer is persisted, and how files are laid out. The serde names are the server's
+/// configuration keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PersistOptions {
-    /// Persist once the buffer holds this many bytes of Arrow data.
+    /// The write buffer is persisted to Parquet once it holds this many bytes of Arrow data.
+    #[serde(rename = "persist_buffer_bytes")]
     pub persist_bytes: usize,
-    /// Writes wait (or fail, if persisting is failing) once the buffer holds this many bytes.
+    /// Writes wait for persistence once the buffer holds this many bytes (and fail with 503 if
+    /// persisting is failing): the bound on buffer memory.
     pub max_buffer_bytes: usize,
-    /// Persist once the oldest buffered write is this old.
+    /// The buffer is persisted once its oldest write is this old (whole seconds).
+    #[serde(rename = "persist_max_age_secs", with = "quiver_model::settings::secs")]
     pub max_age: Duration,
-    /// Length of a time partition (a whole number of hours; one day by default).
+    /// Length of a Parquet time partition, a whole number of hours (24: one directory per
+    /// day).
+    #[serde(rename = "partition_hours", with = "quiver_model::settings::hours")]
     pub partition: Duration,
     /// Rows per Parquet row group.
+    #[serde(rename = "parquet_row_group_rows")]
     pub row_group_rows: usize,
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::segment::{self, create_segment, list_segments, Recovery, ReplaySummary, HEADER};
@@ -25,20 +26,42 @@ pub enum Durability {
     NoSync,
 }
 
-/// Settings of the log.
-#[derive(Debug, Clone)]
+/// Settings of the log. The serde names are the server's configuration keys; `dir` and
+/// `max_record_bytes` are chosen by the program, not configured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct WalOptions {
-    /// Directory of the segment files.
+    /// Directory of the segment files (empty: the embedding program's default place).
+    #[serde(skip)]
     pub dir: PathBuf,
-    /// A new segment is started once the current one holds at least this many bytes.
+    /// A new segment file is started once the current one reaches this size.
+    #[serde(rename = "wal_segment_bytes")]
     pub segment_bytes: u64,
-    /// Largest payload of one record; also the bound replay trusts a length field up to.
+    /// Largest payload of one record (one write request's rows); also the bound replay trusts
+    /// a length field up to.
+    #[serde(skip)]
     pub max_record_bytes: usize,
-    /// When false, no record is ever fsynced (the OS flushes when it likes): faster, and an
-    /// acknowledged write can be lost on a power cut or kernel crash. For tests and benchmarks.
+    /// Fsync the WAL before acknowledging a write (group commit). `false` acknowledges writes
+    /// the operating system may still lose on a power cut or kernel crash: for throwaway data,
+    /// tests and benchmarks only.
+    #[serde(rename = "wal_fsync")]
     pub fsync: bool,
-    /// What to do with corruption in the middle of the log.
+    /// Corruption in the middle of the WAL at startup: `strict` refuses to start (naming the
+    /// file and offset), `truncate` drops the corrupt record and everything after it.
+    #[serde(rename = "wal_recovery")]
     pub recovery: Recovery,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            dir: PathBuf::new(),
+            segment_bytes: 64 << 20,
+            max_record_bytes: 1 << 30,
+            fsync: true,
+            recovery: Recovery::Strict,
+        }
+    }
 }
 
 /// Receives records in sequence order once they are durable (or written, for `NoSync`).

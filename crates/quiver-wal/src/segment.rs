@@ -13,28 +13,16 @@ pub(crate) const HEADER: &[u8; 8] = b"QVRWAL01";
 pub(crate) const RECORD_HEADER: usize = 4 + 4 + 8;
 const EXTENSION: &str = "wal";
 
-/// What to do when a record in the middle of the log is corrupt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What to do when a record in the middle of the log is corrupt (configured as `strict` or
+/// `truncate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Recovery {
     /// Refuse to start, naming the file and offset (the default: never silently lose data).
     #[default]
     Strict,
     /// Drop the corrupt record and everything after it, log what was dropped, and start.
     Truncate,
-}
-
-impl std::str::FromStr for Recovery {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Recovery::Strict),
-            "truncate" => Ok(Recovery::Truncate),
-            other => Err(format!(
-                "wal_recovery {other:?} must be \"strict\" or \"truncate\""
-            )),
-        }
-    }
 }
 
 /// What replay found.

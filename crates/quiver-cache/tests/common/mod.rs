@@ -12,6 +12,7 @@ use futures::TryStreamExt;
 use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
+use quiver_model::AccessScope;
 use quiver_query::{QueryEngine, QueryOptions, QueryParams, SessionSetup};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 
@@ -105,7 +106,7 @@ impl Fixture {
         self.cached_with(QueryRequest {
             database: "db".into(),
             sql: sql.into(),
-            scope: scope.into(),
+            scope: AccessScope::user(scope),
             ..QueryRequest::default()
         })
         .await

@@ -309,7 +309,7 @@ impl TableBuilder {
             return Ok(slot.builder);
         }
         Err(format!(
-            "column \"{key}\" of table \"{}\" is a {}; this line writes it as a {}",
+            "column \"{key}\" of table \"{}\" is {}; this line writes it as {}",
             self.name,
             slot.column_type.describe(),
             wanted.describe()

@@ -326,9 +326,9 @@ fn wanted(role: Role, data_type: &DataType) -> Wanted {
 
 fn describe(wanted: Wanted) -> String {
     match wanted {
-        Wanted::Tag => "tag".into(),
-        Wanted::StringColumn => "string".into(),
-        Wanted::Field(f) => format!("{} field", f.name()),
+        Wanted::Tag => ColumnType::Tag.describe(),
+        Wanted::StringColumn => "a string".into(),
+        Wanted::Field(f) => ColumnType::Field(f).describe(),
     }
 }
 
@@ -382,7 +382,7 @@ fn finish_table(
                     fail(
                         Some(record),
                         format!(
-                            "column {name:?} is a {} in record {earlier_record} but a {} here",
+                            "column {name:?} is {} in record {earlier_record} but {} here",
                             describe(earlier),
                             describe(want)
                         ),
@@ -461,7 +461,7 @@ fn convert(array: &ArrayRef, role: Role, target: ColumnType) -> Result<ArrayRef,
         (
             0,
             format!(
-                "the table has it as a {}, this record sends {} values",
+                "the table has it as {}, this record sends {} values",
                 target.describe(),
                 kind(role, source)
             ),
@@ -530,7 +530,7 @@ fn convert(array: &ArrayRef, role: Role, target: ColumnType) -> Result<ArrayRef,
         }
         _ => return Err(mismatch()),
     };
-    converted.map_err(|e| (0, format!("cannot convert to a {}: {e}", target.describe())))
+    converted.map_err(|e| (0, format!("cannot convert to {}: {e}", target.describe())))
 }
 
 /// Ok if every non-null value passes `fits`; otherwise the first row that fails, with `why`.

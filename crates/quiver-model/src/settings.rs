@@ -1,0 +1,132 @@
+//! What the settings of every layer share: the serde forms of durations as the configuration
+//! spells them (whole seconds or hours, in the file, the environment and flags alike), and the
+//! bounds on one request that every protocol enforces ([`RequestLimits`]).
+//!
+//! Each crate declares its own settings in its options struct (serde names are the keys of
+//! `quiver.toml`); the server's configuration is those structs side by side, so a setting, its
+//! default and its documentation are written once, next to the code that uses it.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::time::Duration;
+
+/// Bounds on one request, whatever protocol carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RequestLimits {
+    /// Largest accepted request body (or gRPC message) in bytes, before and after
+    /// decompression; larger ones are refused (HTTP 413, gRPC OUT_OF_RANGE).
+    pub max_request_bytes: usize,
+    /// Most rejected lines a write response lists (all are counted).
+    pub max_reported_line_errors: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_request_bytes: 64 << 20,
+            max_reported_line_errors: 100,
+        }
+    }
+}
+
+impl RequestLimits {
+    /// Checks the limits are usable; the message names the offending setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_request_bytes == 0 {
+            return Err("max_request_bytes must be greater than 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// A [`Duration`] as a whole number of seconds (`#[serde(with = "secs")]`).
+pub mod secs {
+    use super::*;
+
+    /// Writes `duration` as its whole seconds.
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        duration.as_secs().serialize(serializer)
+    }
+
+    /// Reads a whole number of seconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_secs)
+    }
+}
+
+/// An optional [`Duration`] as a whole number of seconds, `0` meaning `None`
+/// (`#[serde(with = "secs_or_zero")]`).
+pub mod secs_or_zero {
+    use super::*;
+
+    /// Writes the whole seconds, or `0` for `None`.
+    pub fn serialize<S: Serializer>(
+        duration: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        duration.map_or(0, |d| d.as_secs()).serialize(serializer)
+    }
+
+    /// Reads whole seconds; `0` is `None`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let secs = u64::deserialize(deserializer)?;
+        Ok((secs > 0).then(|| Duration::from_secs(secs)))
+    }
+}
+
+/// A [`Duration`] as a whole number of hours (`#[serde(with = "hours")]`).
+pub mod hours {
+    use super::*;
+
+    const SECS_PER_HOUR: u64 = 3600;
+
+    /// Writes `duration` as its whole hours.
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        (duration.as_secs() / SECS_PER_HOUR).serialize(serializer)
+    }
+
+    /// Reads a whole number of hours.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let hours = u64::deserialize(deserializer)?;
+        Ok(Duration::from_secs(hours.saturating_mul(SECS_PER_HOUR)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Spelled {
+        #[serde(with = "secs")]
+        age: Duration,
+        #[serde(with = "secs_or_zero")]
+        granularity: Option<Duration>,
+        #[serde(with = "hours")]
+        partition: Duration,
+    }
+
+    #[test]
+    fn durations_round_trip_in_their_units() {
+        let spelled = Spelled {
+            age: Duration::from_secs(600),
+            granularity: None,
+            partition: Duration::from_secs(2 * 3600),
+        };
+        let json = serde_json::to_value(&spelled).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"age": 600, "granularity": 0, "partition": 2})
+        );
+        assert_eq!(serde_json::from_value::<Spelled>(json).unwrap(), spelled);
+        let some: Spelled =
+            serde_json::from_str(r#"{"age": 1, "granularity": 5, "partition": 24}"#).unwrap();
+        assert_eq!(some.granularity, Some(Duration::from_secs(5)));
+        assert!(serde_json::from_str::<Spelled>(
+            r#"{"age": -1, "granularity": 0, "partition": 1}"#
+        )
+        .is_err());
+    }
+}
