@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Persistence benchmark (BENCHMARKS.md): query latency on buffered vs persisted data, and
-persistence throughput.
+"""Persistence benchmark (BENCHMARKS.md): query latency on buffered vs persisted data, with
+and without the chunk cache, and persistence throughput.
 
-Starts a release server on a temporary directory with automatic persistence effectively off,
-loads it with quiver-loadgen, times each query (median of N runs after one warm-up) while the
-data is in the write buffer, persists with POST /api/v3/persist (timing it), and times the
-same queries again over the Parquet files. Prints a Markdown table.
+Starts a release server on a temporary directory with automatic persistence effectively off
+and the result cache off (every query runs the engine), loads it with quiver-loadgen, times
+each query (median of N runs after one warm-up) while the data is in the write buffer,
+persists with POST /api/v3/persist (timing it), and times the same queries again over the
+Parquet files. Then it restarts the server on the same directory twice, with
+`chunk_cache_bytes = 0` and with the default chunk cache, and times them once more over the
+very same files. Prints a Markdown table.
 
 Build first: cargo build --release -p quiver-server -p quiver-bench
 Usage: .venv/bin/python scripts/persist-bench.py [--seconds 3] [--runs 10]
@@ -47,27 +50,49 @@ def timed(sql: str, runs: int) -> float:
     return statistics.median(samples) * 1e3
 
 
+def start(data_dir: str, **settings: str) -> subprocess.Popen:
+    """A release server on `data_dir` (result cache off), with `settings` as QUIVER_* vars."""
+    env = dict(os.environ,
+               QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
+               QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
+               QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
+               QUIVER_CACHE_ENABLED="false",
+               QUIVER_LOG_FILTER="warn",
+               **{f"QUIVER_{k.upper()}": v for k, v in settings.items()})
+    server = subprocess.Popen(
+        [RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR], env=env)
+    for _ in range(100):
+        try:
+            if requests.get(f"{URL}/health").ok:
+                return server
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    raise RuntimeError("the server did not start")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait()
+
+
+def timed_on(data_dir: str, queries: dict[str, str], runs: int, **settings: str) -> dict:
+    """Each query's median time on a server started on `data_dir` with `settings`."""
+    server = start(data_dir, **settings)
+    try:
+        return {name: timed(sql, runs) for name, sql in queries.items()}
+    finally:
+        stop(server)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ,
-                   QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
-                   QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
-                   QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
-                   QUIVER_LOG_FILTER="warn")
-        server = subprocess.Popen(
-            [RELEASE / "quiver", "serve", "--data-dir", f"{tmp}/data",
-             "--http-addr", ADDR], env=env)
+        data_dir = f"{tmp}/data"
+        server = start(data_dir)
         try:
-            for _ in range(100):
-                try:
-                    if requests.get(f"{URL}/health").ok:
-                        break
-                except requests.ConnectionError:
-                    time.sleep(0.1)
             subprocess.run(
                 [RELEASE / "quiver-loadgen", "--url", URL, "--db", DB,
                  "--connections", "4", "--batch-lines", "5000", "--batches", "200",
@@ -92,18 +117,23 @@ def main() -> None:
             summary = requests.post(f"{URL}/api/v3/persist").json()
             elapsed = time.perf_counter() - started
             persisted = {name: timed(sql, args.runs) for name, sql in queries.items()}
-            print(f"rows: {rows['n']}; persist: {summary['rows']} rows, {summary['files']} files, "
-                  f"{summary['parquet_bytes'] / 2**20:.1f} MiB Parquet from "
-                  f"{summary['buffer_bytes_released'] / 2**20:.1f} MiB buffer in {elapsed:.2f} s "
-                  f"= {summary['rows'] / elapsed / 1e6:.2f} M rows/s")
-            print("| query | buffered (ms) | persisted (ms) | persisted / buffered |")
-            print("|---|---|---|---|")
-            for name in queries:
-                b, p = buffered[name], persisted[name]
-                print(f"| {name} | {b:.1f} | {p:.1f} | {p / b:.2f} |")
         finally:
-            server.terminate()
-            server.wait()
+            stop(server)
+        uncached = timed_on(data_dir, queries, args.runs, chunk_cache_bytes="0")
+        cached = timed_on(data_dir, queries, args.runs)
+        print(f"rows: {rows['n']}; persist: {summary['rows']} rows, {summary['files']} files, "
+              f"{summary['parquet_bytes'] / 2**20:.1f} MiB Parquet from "
+              f"{summary['buffer_bytes_released'] / 2**20:.1f} MiB buffer in {elapsed:.2f} s "
+              f"= {summary['rows'] / elapsed / 1e6:.2f} M rows/s")
+        print("| query | buffered (ms) | persisted (ms) | persisted / buffered "
+              "| restarted, chunk cache off (ms) | restarted, chunk cache on (ms) | off / on |")
+        print("|---|---|---|---|---|---|---|")
+        for name in queries:
+            b, p, off, on = buffered[name], persisted[name], uncached[name], cached[name]
+            print(f"| {name} | {b:.1f} | {p:.1f} | {p / b:.2f} | {off:.1f} | {on:.1f} "
+                  f"| {off / on:.2f} |")
+        ratios = [uncached[name] / cached[name] for name in queries]
+        print(f"geometric mean off / on: {statistics.geometric_mean(ratios):.2f}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ pub struct CacheConfig {
     /// Serve and store answers at all (`false`: every query is a BYPASS).
     #[serde(rename = "cache_enabled")]
     pub enabled: bool,
-    /// Bytes all entries together may hold, batches and encodings (default: 1/16 of physical
-    /// memory, 64 MiB–8 GiB).
+    /// Bytes all entries together may hold, batches and encodings (default: 1/16 of the memory
+    /// available, physical or cgroup, 64 MiB–8 GiB).
     #[serde(rename = "cache_capacity_bytes")]
     pub capacity_bytes: u64,
     /// Largest single entry in bytes; bigger results stream through uncached.
@@ -43,16 +43,10 @@ impl Default for CacheConfig {
     }
 }
 
-/// 1/16 of physical memory, between 64 MiB and 8 GiB (1 GiB if memory cannot be read).
+/// 1/16 of the memory available (physical or cgroup), between 64 MiB and 8 GiB (1 GiB if it
+/// cannot be read).
 fn default_capacity() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        });
-    total.map_or(1 << 30, |bytes| (bytes / 16).clamp(64 << 20, 8 << 30))
+    quiver_model::settings::share_of_memory(16, 64 << 20, 8 << 30, 1 << 30)
 }
 
 impl CacheConfig {

@@ -1,6 +1,6 @@
 //! Storage operations over HTTP: `POST /api/v3/persist` writes the whole write buffer to
 //! Parquet now (before a backup, or to measure persistence), and `GET /api/v3/storage`
-//! reports the WAL and persistence counters.
+//! reports the WAL, persistence and chunk cache counters.
 
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ pub async fn persist(State(state): State<Arc<AppState>>) -> Result<Json<Value>, 
     })))
 }
 
-/// WAL and persistence counters since start.
+/// WAL, persistence and chunk cache counters since start.
 pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
     let wal = state.store.wal_stats().map(|w| {
         json!({
@@ -56,5 +56,14 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
             "buffered_bytes": p.buffered_bytes,
         })
     });
-    Json(json!({ "wal": wal, "persistence": persist }))
+    let chunks = state.store.chunk_cache().stats();
+    let chunk_cache = json!({
+        "hits": chunks.hits,
+        "misses": chunks.misses,
+        "evictions": chunks.evictions,
+        "bytes": chunks.bytes,
+        "entries": chunks.entries,
+        "capacity_bytes": chunks.capacity_bytes,
+    });
+    Json(json!({ "wal": wal, "persistence": persist, "chunk_cache": chunk_cache }))
 }

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::{DataFusionError, Result};
 use parking_lot::RwLock;
-use quiver_storage::{Database, Store, RESERVED_DATABASE_NAMES};
+use quiver_storage::{ChunkCache, Database, Store, RESERVED_DATABASE_NAMES};
 
 use crate::provider::QuiverTable;
 
@@ -56,9 +56,12 @@ impl CatalogProvider for QuiverCatalog {
         if let Some(system) = self.system.read().get(name) {
             return Some(system.clone());
         }
-        self.store
-            .database(name)
-            .map(|db| Arc::new(DatabaseSchema { db }) as Arc<dyn SchemaProvider>)
+        self.store.database(name).map(|db| {
+            Arc::new(DatabaseSchema {
+                db,
+                chunk_cache: self.store.chunk_cache().clone(),
+            }) as Arc<dyn SchemaProvider>
+        })
     }
 
     /// Registers a system schema (one of [`RESERVED_DATABASE_NAMES`]); databases are created
@@ -80,6 +83,7 @@ impl CatalogProvider for QuiverCatalog {
 /// One database as a SQL schema.
 struct DatabaseSchema {
     db: Arc<Database>,
+    chunk_cache: Arc<ChunkCache>,
 }
 
 impl fmt::Debug for DatabaseSchema {
@@ -95,10 +99,9 @@ impl SchemaProvider for DatabaseSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        Ok(self
-            .db
-            .table(name)
-            .map(|table| Arc::new(QuiverTable::new(table)) as Arc<dyn TableProvider>))
+        Ok(self.db.table(name).map(|table| {
+            Arc::new(QuiverTable::new(table, self.chunk_cache.clone())) as Arc<dyn TableProvider>
+        }))
     }
 
     fn table_exist(&self, name: &str) -> bool {

@@ -7,6 +7,7 @@
 
 mod analyze;
 mod catalog;
+mod chunk_reader;
 mod dedup_exec;
 mod engine;
 mod panic_guard;

@@ -45,8 +45,11 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_model::schema::TIME_COLUMN;
-use quiver_storage::{series_key_and_fields, ParquetFile, StorageError, Table, TableSnapshot};
+use quiver_storage::{
+    series_key_and_fields, ChunkCache, ParquetFile, StorageError, Table, TableSnapshot,
+};
 
+use crate::chunk_reader::CachedChunkReaderFactory;
 use crate::dedup_exec::DeduplicateExec;
 
 /// The object store that holds a durable store's files: its data directory, registered in
@@ -79,13 +82,19 @@ const SOURCE_COLUMN: &str = "__quiver_source";
 pub struct QuiverTable {
     table: Arc<Table>,
     schema: SchemaRef,
+    /// What every scan of the table's files reads through.
+    chunk_cache: Arc<ChunkCache>,
 }
 
 impl QuiverTable {
-    /// A provider for `table` with its current schema.
-    pub fn new(table: Arc<Table>) -> Self {
+    /// A provider for `table` with its current schema, reading files through `chunk_cache`.
+    pub fn new(table: Arc<Table>, chunk_cache: Arc<ChunkCache>) -> Self {
         let schema = table.schema();
-        QuiverTable { table, schema }
+        QuiverTable {
+            table,
+            schema,
+            chunk_cache,
+        }
     }
 }
 
@@ -136,6 +145,7 @@ impl TableProvider for QuiverTable {
         );
         let scan = Scan {
             state,
+            chunk_cache: &self.chunk_cache,
             snapshot: &snapshot,
             planned: &self.schema,
             projected: &projected,
@@ -201,6 +211,8 @@ fn overlapping_groups(sources: Vec<(Source, (i64, i64))>) -> Vec<Vec<Source>> {
 /// What one scan needs to build its plans.
 struct Scan<'a> {
     state: &'a dyn Session,
+    /// What the scan's files are read through.
+    chunk_cache: &'a Arc<ChunkCache>,
     snapshot: &'a TableSnapshot,
     /// The schema the query was planned with.
     planned: &'a SchemaRef,
@@ -211,6 +223,16 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
+    /// Readers of the data store's files through the chunk cache (only stores with files have
+    /// a data store registered).
+    fn readers(&self) -> Result<Arc<CachedChunkReaderFactory>> {
+        let store = self.state.runtime_env().object_store(data_store_url())?;
+        Ok(Arc::new(CachedChunkReaderFactory::new(
+            store,
+            self.chunk_cache.clone(),
+        )))
+    }
+
     /// Files that overlap no other source, with the projection and every filter pushed in.
     fn files(&self, files: &[Arc<ParquetFile>]) -> Result<Arc<dyn ExecutionPlan>> {
         let predicate = self.predicate(self.planned)?;
@@ -225,7 +247,8 @@ impl Scan<'_> {
         for (i, file) in files.iter().enumerate() {
             groups[i % partitions].push(partitioned_file(file));
         }
-        let mut source = ParquetSource::new(self.planned.clone());
+        let mut source = ParquetSource::new(self.planned.clone())
+            .with_parquet_file_reader_factory(self.readers()?);
         if let Some(predicate) = predicate {
             source = source.with_predicate(predicate);
         }
@@ -312,7 +335,8 @@ impl Scan<'_> {
         wanted: &[usize],
         ordering: &LexOrdering,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let mut source = ParquetSource::new(full.clone());
+        let mut source =
+            ParquetSource::new(full.clone()).with_parquet_file_reader_factory(self.readers()?);
         if let Some(predicate) = self.time_range_predicate(full)? {
             source = source.with_predicate(predicate);
         }

@@ -361,6 +361,7 @@ mod tests {
             "max_buffer_bytes",
             "partition_hours",
             "parquet_row_group_rows",
+            "chunk_cache_bytes",
             "cache_enabled",
             "cache_capacity_bytes",
             "cache_max_entry_bytes",

@@ -15,10 +15,12 @@
 //! schema, buffer and files), [`buffer`] (the buffer's shared state and signals),
 //! [`persister`] (the Parquet side: catalog, persisting, the WAL's segments) with
 //! [`persist`] (sorting, deduplicating and writing files), [`catalog`] (the durable catalog)
-//! and [`wal_record`] (the WAL's payloads).
+//! and [`wal_record`] (the WAL's payloads); [`chunk_cache`] keeps what reading the files
+//! costs most to repeat.
 
 mod buffer;
 mod catalog;
+mod chunk_cache;
 mod database;
 mod dedup;
 mod error;
@@ -40,6 +42,7 @@ use serde::{Deserialize, Serialize};
 
 pub use buffer::TableChangeListener;
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
+pub use chunk_cache::{ChunkCache, ChunkCacheStats};
 pub use database::{Database, WriteReceipt};
 pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
@@ -76,6 +79,10 @@ pub struct StoreOptions {
     /// Persistence thresholds and file layout.
     #[serde(flatten)]
     pub persist: PersistOptions,
+    /// Bytes the chunk cache (parsed Parquet metadata and column chunks, see [`ChunkCache`])
+    /// may hold; 0 turns it off. Default: 1/16 of the memory available (physical or cgroup),
+    /// 64 MiB–8 GiB.
+    pub chunk_cache_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -84,6 +91,12 @@ impl Default for StoreOptions {
             data_dir: PathBuf::from("./quiver-data"),
             wal: WalOptions::default(),
             persist: PersistOptions::default(),
+            chunk_cache_bytes: quiver_model::settings::share_of_memory(
+                16,
+                64 << 20,
+                8 << 30,
+                1 << 30,
+            ),
         }
     }
 }
@@ -105,6 +118,7 @@ impl StoreOptions {
                 max_age: Duration::from_secs(24 * 3600),
                 ..PersistOptions::default()
             },
+            chunk_cache_bytes: 64 << 20,
         }
     }
 }
@@ -136,6 +150,8 @@ pub struct Store {
     buffer: Arc<Buffer>,
     /// The WAL and the Parquet side; `None` for a memory-only store.
     persister: Option<Arc<Persister>>,
+    /// Parsed metadata and column chunks of the Parquet files, for every reader.
+    chunk_cache: Arc<ChunkCache>,
 }
 
 impl Default for Store {
@@ -154,6 +170,7 @@ impl Store {
             sequencer: Mutex::new(()),
             buffer: Arc::new(Buffer::new(usize::MAX)),
             persister: None,
+            chunk_cache: Arc::new(ChunkCache::new(0)),
         }
     }
 
@@ -200,6 +217,7 @@ impl Store {
             sequencer: Mutex::new(()),
             buffer,
             persister: Some(persister.clone()),
+            chunk_cache: Arc::new(ChunkCache::new(options.chunk_cache_bytes)),
         });
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
@@ -223,6 +241,12 @@ impl Store {
             orphans_removed,
         };
         Ok((store, summary))
+    }
+
+    /// The cache of Parquet metadata and column chunks every reader of this store's files
+    /// goes through (off, capacity 0, for a memory-only store).
+    pub fn chunk_cache(&self) -> &Arc<ChunkCache> {
+        &self.chunk_cache
     }
 
     /// The absolute data directory of a durable store (catalog-relative file paths such as

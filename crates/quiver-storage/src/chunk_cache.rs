@@ -1,0 +1,246 @@
+//! The chunk cache: one byte-bounded, process-wide cache of what reading a Parquet file costs
+//! most to repeat, its parsed metadata (footer and page index) and the bytes of its column
+//! chunks, so a repeated scan reads nothing from disk and parses no footer.
+//!
+//! Keys are a file's catalog path and a byte offset. Files are immutable and their names never
+//! reused, so an entry is never stale; a file that leaves the catalog (compaction, retention,
+//! a drop) is forgotten at once ([`ChunkCache::forget_file`]) to give its memory back. Whole
+//! column chunks are cached: a read of any part of a chunk (a page that a filter kept) is
+//! served from the whole chunk, so projections and filters share entries instead of
+//! bypassing the cache. Admission and eviction are moka's (TinyLFU, weighted by bytes).
+//!
+//! The cache knows nothing of where files live (a local directory today, an object store
+//! later): the reader in front of it (quiver-query's Parquet reader factory) fetches on a miss.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use moka::notification::RemovalCause;
+use parquet::file::metadata::ParquetMetaData;
+
+/// What is cached for a file: its metadata, or one column chunk starting at an offset.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ChunkKey {
+    file: Arc<str>,
+    /// `None` for the metadata, else the chunk's first byte.
+    offset: Option<u64>,
+}
+
+#[derive(Clone)]
+enum Cached {
+    Metadata(Arc<ParquetMetaData>),
+    Chunk(Bytes),
+}
+
+impl Cached {
+    /// Bytes of memory the entry holds (what the capacity bounds).
+    fn weight(&self) -> u32 {
+        let bytes = match self {
+            Cached::Metadata(metadata) => metadata.memory_size(),
+            Cached::Chunk(bytes) => bytes.len(),
+        };
+        u32::try_from(bytes + 64).unwrap_or(u32::MAX)
+    }
+}
+
+/// Counters and sizes of the chunk cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkCacheStats {
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that had to read the file.
+    pub misses: u64,
+    /// Entries evicted to stay within the capacity.
+    pub evictions: u64,
+    /// Bytes held now (approximate: moka applies evictions lazily).
+    pub bytes: u64,
+    /// Entries held now.
+    pub entries: u64,
+    /// Most bytes the cache holds; 0 means the cache is off.
+    pub capacity_bytes: u64,
+}
+
+/// The process-wide cache of Parquet metadata and column chunks (see the module docs).
+pub struct ChunkCache {
+    entries: moka::sync::Cache<ChunkKey, Cached>,
+    capacity_bytes: u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ChunkCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkCache")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl ChunkCache {
+    /// A cache holding at most `capacity_bytes` (0: nothing is ever kept).
+    pub fn new(capacity_bytes: u64) -> ChunkCache {
+        let evictions = Arc::new(AtomicU64::new(0));
+        let evicted = evictions.clone();
+        let entries = moka::sync::Cache::builder()
+            .max_capacity(capacity_bytes)
+            .weigher(|_: &ChunkKey, cached: &Cached| cached.weight())
+            .support_invalidation_closures()
+            .eviction_listener(move |_, _, cause| {
+                if cause == RemovalCause::Size {
+                    evicted.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .build();
+        ChunkCache {
+            entries,
+            capacity_bytes,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions,
+        }
+    }
+
+    /// True if the cache keeps anything at all.
+    pub fn enabled(&self) -> bool {
+        self.capacity_bytes > 0
+    }
+
+    /// The parsed metadata of `file`, if cached.
+    pub fn metadata(&self, file: &str) -> Option<Arc<ParquetMetaData>> {
+        match self.lookup(file, None)? {
+            Cached::Metadata(metadata) => Some(metadata),
+            Cached::Chunk(_) => None,
+        }
+    }
+
+    /// Keeps the parsed metadata of `file`.
+    pub fn keep_metadata(&self, file: &str, metadata: Arc<ParquetMetaData>) {
+        self.keep(file, None, Cached::Metadata(metadata));
+    }
+
+    /// The bytes of the column chunk of `file` that starts at `offset`, if cached.
+    pub fn chunk(&self, file: &str, offset: u64) -> Option<Bytes> {
+        match self.lookup(file, Some(offset))? {
+            Cached::Chunk(bytes) => Some(bytes),
+            Cached::Metadata(_) => None,
+        }
+    }
+
+    /// Keeps the bytes of the column chunk of `file` that starts at `offset`.
+    pub fn keep_chunk(&self, file: &str, offset: u64, bytes: Bytes) {
+        self.keep(file, Some(offset), Cached::Chunk(bytes));
+    }
+
+    /// Drops every entry of `file` (it left the catalog).
+    pub fn forget_file(&self, file: &str) {
+        if !self.enabled() {
+            return;
+        }
+        let file: Arc<str> = Arc::from(file);
+        self.entries
+            .invalidate_entries_if(move |key, _| key.file == file)
+            .expect("invalidation closures are enabled");
+    }
+
+    /// Counters and sizes now.
+    pub fn stats(&self) -> ChunkCacheStats {
+        self.entries.run_pending_tasks();
+        ChunkCacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            bytes: self.entries.weighted_size(),
+            entries: self.entries.entry_count(),
+            capacity_bytes: self.capacity_bytes,
+        }
+    }
+
+    fn lookup(&self, file: &str, offset: Option<u64>) -> Option<Cached> {
+        if !self.enabled() {
+            return None;
+        }
+        let key = ChunkKey {
+            file: Arc::from(file),
+            offset,
+        };
+        let found = self.entries.get(&key);
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn keep(&self, file: &str, offset: Option<u64>, cached: Cached) {
+        if !self.enabled() || u64::from(cached.weight()) > self.capacity_bytes {
+            return;
+        }
+        let key = ChunkKey {
+            file: Arc::from(file),
+            offset,
+        };
+        self.entries.insert(key, cached);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_kept_per_file_and_offset_and_counted() {
+        let cache = ChunkCache::new(1 << 20);
+        assert_eq!(cache.chunk("a.parquet", 4), None);
+        cache.keep_chunk("a.parquet", 4, Bytes::from_static(b"chunk"));
+        assert_eq!(cache.chunk("a.parquet", 4).unwrap(), "chunk");
+        assert_eq!(cache.chunk("a.parquet", 5), None);
+        assert_eq!(cache.chunk("b.parquet", 4), None);
+        assert!(
+            cache.metadata("a.parquet").is_none(),
+            "a chunk is not metadata"
+        );
+        let stats = cache.stats();
+        assert_eq!((stats.hits, stats.misses), (1, 4));
+        assert_eq!(stats.entries, 1);
+        assert!(stats.bytes >= 5, "{stats:?}");
+    }
+
+    #[test]
+    fn forgetting_a_file_drops_only_its_entries() {
+        let cache = ChunkCache::new(1 << 20);
+        cache.keep_chunk("a.parquet", 4, Bytes::from_static(b"a4"));
+        cache.keep_chunk("a.parquet", 90, Bytes::from_static(b"a90"));
+        cache.keep_chunk("b.parquet", 4, Bytes::from_static(b"b4"));
+        cache.forget_file("a.parquet");
+        assert_eq!(cache.chunk("a.parquet", 4), None);
+        assert_eq!(cache.chunk("a.parquet", 90), None);
+        assert_eq!(cache.chunk("b.parquet", 4).unwrap(), "b4");
+    }
+
+    #[test]
+    fn the_capacity_bounds_the_bytes_held() {
+        let cache = ChunkCache::new(64 << 10);
+        for offset in 0..100u64 {
+            cache.keep_chunk("a.parquet", offset, Bytes::from(vec![0u8; 4096]));
+        }
+        let stats = cache.stats();
+        assert!(stats.bytes <= 64 << 10, "{stats:?}");
+        assert!(stats.entries < 100, "{stats:?}");
+        // larger than the whole cache: never admitted
+        cache.keep_chunk("big.parquet", 0, Bytes::from(vec![0u8; 128 << 10]));
+        assert_eq!(cache.chunk("big.parquet", 0), None);
+    }
+
+    #[test]
+    fn a_zero_capacity_keeps_nothing_and_counts_nothing() {
+        let cache = ChunkCache::new(0);
+        cache.keep_chunk("a.parquet", 0, Bytes::from_static(b"x"));
+        assert_eq!(cache.chunk("a.parquet", 0), None);
+        let stats = cache.stats();
+        assert_eq!((stats.hits, stats.misses, stats.entries), (0, 0, 0));
+    }
+}
