@@ -8,7 +8,8 @@ each query (median of N runs after one warm-up) while the data is in the write b
 persists with POST /api/v3/persist (timing it), and times the same queries again over the
 Parquet files. Then it restarts the server on the same directory twice, with
 `chunk_cache_bytes = 0` and with the default chunk cache, and times them once more over the
-very same files. Prints a Markdown table.
+very same files; DuckDB (in process, no HTTP) times the same questions over those very files
+too. Prints a Markdown table.
 
 Build first: cargo build --release -p quiver-server -p quiver-bench
 Usage: .venv/bin/python scripts/persist-bench.py [--seconds 3] [--runs 10]
@@ -17,71 +18,45 @@ Usage: .venv/bin/python scripts/persist-bench.py [--seconds 3] [--runs 10]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
+import duckdb
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-# Release binaries: $CARGO_TARGET_DIR/release, else target/release.
-RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
-ADDR = "127.0.0.1:18089"
-URL = f"http://{ADDR}"
+from benchlib import RELEASE, URL, start, stop, timed_on
+from benchlib import query as query_in
+from benchlib import timed as timed_in
+
 DB = "bench"
 
 
 def query(sql: str) -> list[dict]:
-    r = requests.get(f"{URL}/api/v3/query_sql", params={"db": DB, "q": sql, "format": "json"})
-    r.raise_for_status()
-    return r.json()
+    return query_in(DB, sql)
 
 
 def timed(sql: str, runs: int) -> float:
-    query(sql)  # warm-up: builds the buffer snapshot / opens the files once
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        query(sql)
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3
+    return timed_in(DB, sql, runs)
 
 
-def start(data_dir: str, **settings: str) -> subprocess.Popen:
-    """A release server on `data_dir` (result cache off), with `settings` as QUIVER_* vars."""
-    env = dict(os.environ,
-               QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
-               QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
-               QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
-               QUIVER_CACHE_ENABLED="false",
-               QUIVER_LOG_FILTER="warn",
-               **{f"QUIVER_{k.upper()}": v for k, v in settings.items()})
-    server = subprocess.Popen(
-        [RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR], env=env)
-    for _ in range(100):
-        try:
-            if requests.get(f"{URL}/health").ok:
-                return server
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    raise RuntimeError("the server did not start")
-
-
-def stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    server.wait()
-
-
-def timed_on(data_dir: str, queries: dict[str, str], runs: int, **settings: str) -> dict:
-    """Each query's median time on a server started on `data_dir` with `settings`."""
-    server = start(data_dir, **settings)
-    try:
-        return {name: timed(sql, runs) for name, sql in queries.items()}
-    finally:
-        stop(server)
+def duckdb_times(data_dir: str, queries: dict[str, str], runs: int) -> dict[str, float]:
+    """Each query's median time in DuckDB over the table's Parquet files (a view named cpu;
+    `date_bin` is spelled `time_bucket` there). Two threads, as the machine has."""
+    con = duckdb.connect(":memory:", config={"threads": 2})
+    con.execute(f"CREATE VIEW cpu AS SELECT * FROM read_parquet('{data_dir}/tables/{DB}/*/*/*.parquet')")
+    times = {}
+    for name, sql in queries.items():
+        sql = sql.replace("date_bin(", "time_bucket(")
+        con.execute(sql).fetchall()
+        samples = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            con.execute(sql).fetchall()
+            samples.append(time.perf_counter() - started)
+        times[name] = statistics.median(samples) * 1e3
+    return times
 
 
 def main() -> None:
@@ -119,21 +94,26 @@ def main() -> None:
             persisted = {name: timed(sql, args.runs) for name, sql in queries.items()}
         finally:
             stop(server)
-        uncached = timed_on(data_dir, queries, args.runs, chunk_cache_bytes="0")
-        cached = timed_on(data_dir, queries, args.runs)
+        uncached = timed_on(data_dir, DB, queries, args.runs, chunk_cache_bytes="0")
+        cached = timed_on(data_dir, DB, queries, args.runs)
+        duck = duckdb_times(data_dir, queries, args.runs)
         print(f"rows: {rows['n']}; persist: {summary['rows']} rows, {summary['files']} files, "
               f"{summary['parquet_bytes'] / 2**20:.1f} MiB Parquet from "
               f"{summary['buffer_bytes_released'] / 2**20:.1f} MiB buffer in {elapsed:.2f} s "
               f"= {summary['rows'] / elapsed / 1e6:.2f} M rows/s")
         print("| query | buffered (ms) | persisted (ms) | persisted / buffered "
-              "| restarted, chunk cache off (ms) | restarted, chunk cache on (ms) | off / on |")
-        print("|---|---|---|---|---|---|---|")
+              "| restarted, chunk cache off (ms) | restarted, chunk cache on (ms) | off / on "
+              "| DuckDB, same files (ms) | on / DuckDB |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name in queries:
             b, p, off, on = buffered[name], persisted[name], uncached[name], cached[name]
             print(f"| {name} | {b:.1f} | {p:.1f} | {p / b:.2f} | {off:.1f} | {on:.1f} "
-                  f"| {off / on:.2f} |")
+                  f"| {off / on:.2f} | {duck[name]:.1f} | {on / duck[name]:.2f} |")
         ratios = [uncached[name] / cached[name] for name in queries]
         print(f"geometric mean off / on: {statistics.geometric_mean(ratios):.2f}")
+        ratios = [cached[name] / duck[name] for name in queries]
+        print(f"geometric mean Quiver (chunk cache on, over HTTP) / DuckDB (in process): "
+              f"{statistics.geometric_mean(ratios):.2f}")
 
 
 if __name__ == "__main__":

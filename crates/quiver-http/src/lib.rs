@@ -52,6 +52,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(query::query_get).post(query::query_post),
         )
         .route("/api/v3/persist", post(storage::persist))
+        .route("/api/v3/compact", post(storage::compact))
         .route("/api/v3/storage", get(storage::stats))
         .route("/api/v3/cache", get(cache::stats).delete(cache::clear))
         .fallback(not_found)

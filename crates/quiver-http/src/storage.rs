@@ -1,10 +1,12 @@
 //! Storage operations over HTTP: `POST /api/v3/persist` writes the whole write buffer to
-//! Parquet now (before a backup, or to measure persistence), and `GET /api/v3/storage`
-//! reports the WAL, persistence and chunk cache counters.
+//! Parquet now (before a backup, or to measure persistence), `POST /api/v3/compact` merges
+//! the small and overlapping files of a database or table now, and `GET /api/v3/storage`
+//! reports the WAL, persistence, compaction and chunk cache counters.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
@@ -36,7 +38,49 @@ pub async fn persist(State(state): State<Arc<AppState>>) -> Result<Json<Value>, 
     })))
 }
 
-/// WAL, persistence and chunk cache counters since start.
+/// Merges the small and overlapping files of every partition of `db` (all databases if
+/// absent), or only of its `table`, now; answers with what was merged.
+pub async fn compact(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !matches!(k.as_str(), "db" | "table"))
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("unknown parameter {unknown:?}: compact takes db and table"),
+        ));
+    }
+    let (database, table) = (params.get("db").cloned(), params.get("table").cloned());
+    if table.is_some() && database.is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "table needs db: POST /api/v3/compact?db=<database>&table=<table>",
+        ));
+    }
+    let store = state.store.clone();
+    let started = std::time::Instant::now();
+    let summary = tokio::task::spawn_blocking(move || {
+        store.compact_now(quiver_storage::CompactionScope {
+            database: database.as_deref(),
+            table: table.as_deref(),
+        })
+    })
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the compaction task did not finish: {e}"),
+        )
+    })??;
+    let mut answer = serde_json::to_value(summary).expect("a summary serializes");
+    answer["elapsed_ms"] = json!(started.elapsed().as_secs_f64() * 1e3);
+    Ok(Json(answer))
+}
+
+/// WAL, persistence, compaction and chunk cache counters since start.
 pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
     let wal = state.store.wal_stats().map(|w| {
         json!({
@@ -65,5 +109,14 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
         "entries": chunks.entries,
         "capacity_bytes": chunks.capacity_bytes,
     });
-    Json(json!({ "wal": wal, "persistence": persist, "chunk_cache": chunk_cache }))
+    let compaction = state
+        .store
+        .compaction_stats()
+        .map(|c| serde_json::to_value(c).expect("counters serialize"));
+    Json(json!({
+        "wal": wal,
+        "persistence": persist,
+        "compaction": compaction,
+        "chunk_cache": chunk_cache,
+    }))
 }

@@ -59,6 +59,7 @@ impl ParquetFileReaderFactory for CachedChunkReaderFactory {
             size: file.object_meta.size,
             cache: self.cache.clone(),
             chunks: Vec::new(),
+            _held: file.extensions,
         }))
     }
 }
@@ -101,6 +102,9 @@ struct CachedChunkReader {
     cache: Arc<ChunkCache>,
     /// The byte ranges of the file's column chunks, sorted (known once the metadata is).
     chunks: Vec<Range<u64>>,
+    /// What the scan attached to the file, including the storage's hold on it: the file is
+    /// not deleted by compaction while this reader lives.
+    _held: datafusion::common::extensions::Extensions,
 }
 
 impl CachedChunkReader {

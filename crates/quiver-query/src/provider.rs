@@ -10,10 +10,12 @@
 //! - sources that overlap may hold the same (series, time) point, so each is scanned sorted
 //!   (every file is written sorted by series then time, the buffer snapshot is sorted), tagged
 //!   with its write order, merged by a `SortPreservingMergeExec` and deduplicated by
-//!   [`DeduplicateExec`] (later write wins per field). Only `time` range filters are pushed
-//!   below the deduplication: a filter on a field could hide the newer row of a point and let
-//!   an older value through, and equalities would corrupt the merge order (see
-//!   `Scan::time_range_predicate`).
+//!   [`DeduplicateExec`] (later write wins per field). Only `time` range filters and filters
+//!   on tags alone go below the deduplication: a filter on a field could hide the newer row
+//!   of a point and let an older value through, while every copy of a point has the same time
+//!   and the same tags. Tag filters prune row groups and pages and then filter rows for real
+//!   (a `FilterExec` on each sorted source), because DataFusion derives orderings from them
+//!   (see `Scan::series_filters`).
 //!
 //! Every filter is reported as `Inexact`, so DataFusion still applies all of them on top.
 
@@ -40,6 +42,7 @@ use datafusion::object_store::local::LocalFileSystem;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
@@ -294,12 +297,16 @@ impl Scan<'_> {
             .collect();
         // Orderings of scans are stated over the unprojected (full) schema.
         let table_order = sort_order(full, false)?;
+        let series_filters = self.series_filters(full, &full_keys);
         let mut inputs = Vec::with_capacity(group.len());
         for (order, source) in group.iter().enumerate() {
             let input = match source {
-                Source::File(file) => self.sorted_file(file, full, &wanted, &table_order)?,
+                Source::File(file) => {
+                    self.sorted_file(file, full, &wanted, &table_order, &series_filters)?
+                }
                 Source::Buffer => self.sorted_buffer(full, &wanted, &table_order)?,
             };
+            let input = self.filtered(input, &series_filters)?;
             inputs.push(with_source_column(input, order as u64)?);
         }
         // The scanned columns, then the source column.
@@ -326,18 +333,26 @@ impl Scan<'_> {
         Ok(Arc::new(ProjectionExec::try_new(output, deduplicated)?))
     }
 
-    /// One file, read in its stored order (series then time) with only `time` range filters
-    /// pushed in.
+    /// One file, read in its stored order (series then time), pruned by `time` range filters
+    /// and by `series_filters` (which the caller also applies to the rows).
     fn sorted_file(
         &self,
         file: &Arc<ParquetFile>,
         full: &SchemaRef,
         wanted: &[usize],
         ordering: &LexOrdering,
+        series_filters: &[Expr],
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut source =
             ParquetSource::new(full.clone()).with_parquet_file_reader_factory(self.readers()?);
-        if let Some(predicate) = self.time_range_predicate(full)? {
+        let mut pruning: Vec<Expr> = self
+            .filters
+            .iter()
+            .filter(|f| is_time_range(f))
+            .cloned()
+            .collect();
+        pruning.extend_from_slice(series_filters);
+        if let Some(predicate) = self.physical(full, pruning)? {
             source = source.with_predicate(predicate);
         }
         let config = FileScanConfigBuilder::new(data_store_url(), Arc::new(source))
@@ -367,22 +382,43 @@ impl Scan<'_> {
         self.physical(schema, self.filters.to_vec())
     }
 
-    /// Only the filters that bound `time` to a range, for sources below a deduplication.
+    /// The filters that read tags alone (deterministic ones): a series passes them whole or
+    /// not at all, so they may go below a deduplication.
     ///
-    /// The scan prunes row groups and pages with them but does not filter rows, while
-    /// DataFusion derives orderings as if it did: an equality (`host = 'a'`, `time = t`)
-    /// would make that column look constant and drop it from the merge order of rows that
-    /// are not actually filtered. Ranges imply no such thing, and since every copy of a
-    /// (series, time) point has the same time, pruning by time never separates a point from
-    /// its newer version.
-    fn time_range_predicate(&self, schema: &SchemaRef) -> Result<Option<Arc<dyn PhysicalExpr>>> {
-        let ranges = self
-            .filters
+    /// A Parquet scan prunes row groups and pages with its predicate but does not filter rows,
+    /// while DataFusion derives orderings as if it did: an equality (`host = 'a'`) would make
+    /// `host` look constant and drop it from the merge order of rows that are not actually
+    /// filtered. So these filters are also applied to the rows ([`Scan::filtered`]). Time
+    /// ranges imply no such thing (pruning by time never separates a point from its newer
+    /// version, which has the same time) and only prune.
+    fn series_filters(&self, full: &SchemaRef, keys: &[usize]) -> Vec<Expr> {
+        let tags: Vec<&str> = keys
             .iter()
-            .filter(|f| is_time_range(f))
-            .cloned()
+            .map(|&i| full.field(i).name().as_str())
+            .filter(|name| *name != TIME_COLUMN)
             .collect();
-        self.physical(schema, ranges)
+        self.filters
+            .iter()
+            .filter(|f| {
+                let columns = f.column_refs();
+                !columns.is_empty()
+                    && !f.is_volatile()
+                    && columns.iter().all(|c| tags.contains(&c.name.as_str()))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// `input` with only the rows that pass `filters` (none: `input` as is).
+    fn filtered(
+        &self,
+        input: Arc<dyn ExecutionPlan>,
+        filters: &[Expr],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match self.physical(&input.schema(), filters.to_vec())? {
+            Some(predicate) => Ok(Arc::new(FilterExec::try_new(predicate, input)?)),
+            None => Ok(input),
+        }
     }
 
     fn physical(
@@ -414,8 +450,13 @@ fn is_time_range(expr: &Expr) -> bool {
 }
 
 /// A file as the data store addresses it: by its catalog-relative path.
-fn partitioned_file(file: &ParquetFile) -> PartitionedFile {
-    PartitionedFile::new(file.entry.path.clone(), file.entry.bytes)
+/// The scan's description of `file`, holding the file itself: compaction deletes a replaced
+/// file only once nothing holds it, so a running scan never loses its files (its readers keep
+/// the hold too, see [`CachedChunkReaderFactory`]).
+fn partitioned_file(file: &Arc<ParquetFile>) -> PartitionedFile {
+    let mut scanned = PartitionedFile::new(file.entry.path.clone(), file.entry.bytes);
+    scanned.extensions.insert_arc(file.clone());
+    scanned
 }
 
 /// Every tag then time, ascending with nulls first (storage's sort order), plus the source
@@ -656,6 +697,8 @@ mod tests {
                 max_time_ns: 0,
                 rows: 0,
                 bytes: 0,
+                generation: 0,
+                arrow_bytes: 0,
             },
             path: std::path::PathBuf::new(),
         }))

@@ -1,8 +1,8 @@
 //! Differential test of reads over buffer ∪ Parquet: the same random writes (overwrites of
 //! earlier points, partial fields, a tag that appears later, several days) go to a memory-only
-//! store and to a durable store that persists at random moments and restarts at the end. Every
-//! query must return the same rows from both, at every point: before and after each persist,
-//! and after the restart.
+//! store and to a durable store that persists and compacts at random moments and restarts at
+//! the end. Every query must return the same rows from both, at every point: before and after
+//! each persist and compaction, and after the restart.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use futures::TryStreamExt;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions};
-use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
+use quiver_storage::{CompactionScope, Durability, Store, StoreLimits, StoreOptions};
 
 const HOUR: i64 = 3_600_000_000_000;
 
@@ -37,6 +37,10 @@ fn durable_options(dir: &Path) -> StoreOptions {
     let mut options = StoreOptions::for_tests(dir);
     options.wal.segment_bytes = 16 << 10;
     options.persist.row_group_rows = 64;
+    // tiny files, so that merges cut their output into several files by time
+    options.compaction.target_file_bytes = 4096;
+    options.compaction.fanout = 3;
+    options.compaction.max_merge_bytes = 1 << 20;
     options
 }
 
@@ -132,6 +136,8 @@ const QUERIES: &[&str] = &[
     "SELECT time, host, region, count FROM cpu WHERE count IS NOT NULL ORDER BY time DESC, host, region LIMIT 5",
     "SELECT date_bin(INTERVAL '6 hours', time) AS bucket, avg(usage) FROM mem GROUP BY bucket",
     "SELECT * FROM cpu WHERE time = '1970-01-03T05:00:00Z'",
+    "SELECT host, region, time, usage FROM cpu WHERE region IS NULL AND host IN ('h1', 'h3')",
+    "SELECT host, time, usage, count FROM cpu WHERE host <> 'h2' AND region = 'r1' AND usage > 20",
 ];
 
 async fn compare(reference: &QueryEngine, durable: &QueryEngine, when: &str) {
@@ -159,7 +165,7 @@ async fn buffer_and_parquet_reads_equal_memory_only_reads() {
     let reference = engine(&reference_store);
     let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
     let mut durable = engine(&store);
-    let mut persists = 0;
+    let (mut persists, mut compactions) = (0, 0);
     for step in 0..160 {
         let lines = random_lines(&mut rng, step);
         write(&reference_store, &lines).await;
@@ -175,12 +181,26 @@ async fn buffer_and_parquet_reads_equal_memory_only_reads() {
             assert!(summary.files > 0, "{summary:?}");
             persists += 1;
             compare(&reference, &durable, &format!("step {step}, after persist")).await;
+            if rng.below(2) == 0 {
+                let merged = store.compact_now(CompactionScope::default()).unwrap();
+                compactions += merged.compactions;
+                compare(
+                    &reference,
+                    &durable,
+                    &format!("step {step}, after compaction"),
+                )
+                .await;
+            }
         } else if rng.below(4) == 0 {
             compare(&reference, &durable, &format!("step {step}")).await;
         }
     }
     assert!(persists >= 5, "only {persists} persists");
+    assert!(compactions >= 2, "only {compactions} compactions");
     compare(&reference, &durable, "end").await;
+    store.compact_now(CompactionScope::default()).unwrap();
+    compare(&reference, &durable, "end, compacted").await;
+    assert_settled(&store);
     store.close();
     drop(durable);
     drop(store);
@@ -191,5 +211,161 @@ async fn buffer_and_parquet_reads_equal_memory_only_reads() {
     compare(&reference, &durable, "after restart").await;
     store.persist_now().unwrap();
     compare(&reference, &durable, "after restart and persist").await;
+    store.close();
+}
+
+/// No two files of one table partition overlap in time, and the data directory holds exactly
+/// the files the catalog names (replaced files were deleted once no query held them).
+fn assert_settled(store: &Store) {
+    let catalog = store.catalog().unwrap();
+    let mut named = std::collections::BTreeSet::new();
+    for (name, table) in catalog.databases.values().flat_map(|d| &d.tables) {
+        for a in &table.files {
+            named.insert(store.data_dir().unwrap().join(&a.path));
+            for b in table.files.iter().filter(|b| b.id != a.id) {
+                assert!(
+                    a.partition_start_ns != b.partition_start_ns
+                        || a.max_time_ns < b.min_time_ns
+                        || b.max_time_ns < a.min_time_ns,
+                    "{name}: files {a:?} and {b:?} overlap after compaction"
+                );
+            }
+        }
+    }
+    let on_disk: std::collections::BTreeSet<_> = parquet_files(store.data_dir().unwrap());
+    assert_eq!(on_disk, named, "files on disk vs files the catalog names");
+}
+
+fn parquet_files(dir: &Path) -> std::collections::BTreeSet<std::path::PathBuf> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                found.insert(path);
+            }
+        }
+    }
+    found
+}
+
+/// The plan of `sql` as text.
+async fn plan(engine: &QueryEngine, sql: &str) -> String {
+    rows(engine, &format!("EXPLAIN {sql}"))
+        .await
+        .unwrap()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn compaction_removes_the_deduplicating_merge_and_waits_for_running_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    let queries = engine(&store);
+    // three persists of one day, each overwriting the last one's values: the files overlap
+    for round in 0..3 {
+        let lines: String = (0..2000i64)
+            .map(|i| {
+                format!(
+                    "cpu,host=h{} usage={} {}\n",
+                    i % 7,
+                    round * 1000 + i,
+                    i * 1_000_000_000
+                )
+            })
+            .collect();
+        write(&store, &lines).await;
+        store.persist_now().unwrap();
+    }
+    let sql = "SELECT host, count(*) AS n, sum(usage) AS total FROM cpu GROUP BY host";
+    let before = rows(&queries, sql).await.unwrap();
+    assert!(
+        plan(&queries, sql).await.contains("DeduplicateExec"),
+        "overlapping files are merged and deduplicated:\n{}",
+        plan(&queries, sql).await
+    );
+    // a filter on tags alone goes below the deduplication: pages of other hosts are pruned
+    // and their rows never reach the merge
+    let one_host = plan(&queries, "SELECT * FROM cpu WHERE host = 'h3'").await;
+    let dedup_at = one_host.find("DeduplicateExec").expect("deduplicated");
+    let filter_at = one_host.rfind("FilterExec: host@").expect("a tag filter");
+    assert!(
+        filter_at > dedup_at,
+        "the tag filter is not below the merge:\n{one_host}"
+    );
+    // a scan that started before the compaction holds its files
+    let running = queries.execute("db", "SELECT * FROM cpu").await.unwrap();
+    let files_before = parquet_files(dir.path());
+    let summary = store.compact_now(CompactionScope::default()).unwrap();
+    assert!(
+        summary.compactions >= 1 && summary.rows_in >= 6000,
+        "{summary:?}"
+    );
+    let catalog = store.catalog().unwrap();
+    let files = &catalog.databases["db"].tables["cpu"].files;
+    assert!(
+        files.len() >= 2,
+        "the 4 KiB target cuts the output: {files:?}"
+    );
+    let stored: u64 = files.iter().map(|f| f.rows).sum();
+    assert_eq!(stored, 2000, "duplicates merged: {files:?}");
+    let stats = store.compaction_stats().unwrap();
+    assert_eq!(stats.files_awaiting_deletion, 3, "{stats:?}");
+    assert!(
+        files_before.iter().all(|f| f.exists()),
+        "a running scan's files were deleted"
+    );
+    let scanned: Vec<RecordBatch> = running.stream.try_collect().await.unwrap();
+    assert_eq!(
+        scanned.iter().map(RecordBatch::num_rows).sum::<usize>(),
+        2000
+    );
+    // the next compaction run deletes what nothing holds any more
+    store.compact_now(CompactionScope::default()).unwrap();
+    assert!(
+        files_before.iter().all(|f| !f.exists()),
+        "replaced files stayed on disk"
+    );
+    assert!(store.compaction_stats().unwrap().files_deleted >= 3);
+    assert_eq!(rows(&queries, sql).await.unwrap(), before);
+    let compacted = plan(&queries, sql).await;
+    assert!(!compacted.contains("DeduplicateExec"), "{compacted}");
+    assert_settled(&store);
+    // the latest values won
+    let totals = rows(
+        &queries,
+        "SELECT min(usage) AS lo, max(usage) AS hi FROM cpu",
+    )
+    .await;
+    assert_eq!(totals.unwrap(), vec!["lo=2000.0 hi=3999.0".to_string()]);
+    // unknown names are errors, not silent no-ops
+    let scope = CompactionScope {
+        database: Some("nope"),
+        table: None,
+    };
+    assert!(store
+        .compact_now(scope)
+        .unwrap_err()
+        .to_string()
+        .contains("does not exist"));
+    let scope = CompactionScope {
+        database: Some("db"),
+        table: Some("nope"),
+    };
+    assert!(store
+        .compact_now(scope)
+        .unwrap_err()
+        .to_string()
+        .contains("does not exist"));
+    store.close();
+    drop(queries);
+    drop(store);
+    let (store, summary) =
+        Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    assert_eq!(summary.orphans_removed, 0);
+    assert_eq!(rows(&engine(&store), sql).await.unwrap(), before);
     store.close();
 }

@@ -74,12 +74,17 @@ async fn stored_batches(server: &Server) -> Vec<(String, i64, i64)> {
         .collect()
 }
 
-/// Small WAL segments and a small persistence threshold, so that every round rotates
-/// segments, persists several times, and some kills land in the middle of a persist.
+/// Small WAL segments, a small persistence threshold and eager compaction (small target,
+/// no idle wait: every persist's file overlaps the last ones), so that every round rotates
+/// segments, persists and compacts several times, and some kills land in the middle of a
+/// persist or a compaction.
 const CRASH_ENV: &[(&str, &str)] = &[
     ("QUIVER_WAL_SEGMENT_BYTES", "65536"),
     ("QUIVER_PERSIST_BUFFER_BYTES", "262144"),
     ("QUIVER_MAX_BUFFER_BYTES", "4194304"),
+    ("QUIVER_COMPACTION_TARGET_FILE_BYTES", "1048576"),
+    ("QUIVER_COMPACTION_FANOUT", "4"),
+    ("QUIVER_COMPACTION_IDLE_SECS", "0"),
 ];
 
 /// Sum of the numbers following `key` in a log.
@@ -105,7 +110,7 @@ async fn acknowledged_writes_survive_repeated_kill_9() {
     let data = tempfile::tempdir().unwrap();
     let acknowledged: Arc<Mutex<BTreeSet<(usize, u64)>>> = Arc::default();
     let mut next_batch = 0u64;
-    let (mut persists, mut orphans_removed) = (0, 0);
+    let (mut persists, mut compactions, mut orphans_removed) = (0, 0, 0);
     for round in 0..iterations {
         let mut server = Server::start_in(Some(data.path()), CRASH_ENV).await;
         let log = server.log();
@@ -141,16 +146,22 @@ async fn acknowledged_writes_survive_repeated_kill_9() {
         tokio::time::sleep(Duration::from_millis(20 + rng.below(400))).await;
         server.kill9();
         persists += server.log().matches("persisted the write buffer").count();
+        compactions += server.log().matches("compacted files").count();
         for writer in writers {
             writer.await.unwrap();
         }
         next_batch += 1_000_000;
         eprintln!(
             "round {round}: {} batches acknowledged so far, {persists} persists, \
-             {orphans_removed} files of interrupted persists removed",
+             {compactions} compactions, {orphans_removed} files of interrupted persists or \
+             compactions removed",
             acknowledged.lock().unwrap().len()
         );
     }
+    assert!(
+        compactions >= iterations / 2,
+        "{compactions} compactions in {iterations} rounds: the test must kill around compactions"
+    );
     assert!(
         persists >= iterations && orphans_removed > 0,
         "{persists} persists in {iterations} rounds, {orphans_removed} left by a killed \

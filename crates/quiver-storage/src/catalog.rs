@@ -82,6 +82,26 @@ pub struct FileEntry {
     pub rows: u64,
     /// Size in bytes.
     pub bytes: u64,
+    /// How many compactions the rows went through: 0 for a file written by a persist, one
+    /// more than the newest of its inputs for a compacted file (catalogs written before
+    /// compaction existed read as 0).
+    #[serde(default)]
+    pub generation: u32,
+    /// Bytes its rows take in memory as Arrow arrays: what a merge holding them costs
+    /// (catalogs written before it was recorded read as 0, see [`FileEntry::memory_bytes`]).
+    #[serde(default)]
+    pub arrow_bytes: u64,
+}
+
+impl FileEntry {
+    /// Bytes the file's rows take in memory once read: as recorded, or, for files written
+    /// before that was recorded, eight times the file's size (a generous guess).
+    pub fn memory_bytes(&self) -> u64 {
+        match self.arrow_bytes {
+            0 => self.bytes.saturating_mul(8),
+            recorded => recorded,
+        }
+    }
 }
 
 impl ColumnEntry {
@@ -263,6 +283,8 @@ mod tests {
                         max_time_ns: 2,
                         rows: 2,
                         bytes: 100,
+                        generation: 1,
+                        arrow_bytes: 400,
                     }],
                 },
             );

@@ -90,6 +90,12 @@ pub enum StorageError {
         /// The data directory.
         data_dir: std::path::PathBuf,
     },
+    /// A database or table the request names does not exist.
+    #[error("{what} does not exist")]
+    NotFound {
+        /// What was asked for, e.g. `database "metrics"`.
+        what: String,
+    },
     /// The store was closed (the server is stopping): nothing more is written.
     #[error("the store is closed: the server is stopping")]
     Closed,
@@ -128,6 +134,7 @@ impl Classify for StorageError {
             | StorageError::InvalidTableName { .. }
             | StorageError::SchemaConflict { .. }
             | StorageError::UnsupportedColumn { .. } => ErrorKind::Invalid,
+            StorageError::NotFound { .. } => ErrorKind::NotFound,
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }
             | StorageError::TooManyDatabases { .. } => ErrorKind::LimitExceeded,

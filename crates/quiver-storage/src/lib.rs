@@ -15,12 +15,15 @@
 //! schema, buffer and files), [`buffer`] (the buffer's shared state and signals),
 //! [`persister`] (the Parquet side: catalog, persisting, the WAL's segments) with
 //! [`persist`] (sorting, deduplicating and writing files), [`catalog`] (the durable catalog)
-//! and [`wal_record`] (the WAL's payloads); [`chunk_cache`] keeps what reading the files
-//! costs most to repeat.
+//! and [`wal_record`] (the WAL's payloads); [`compaction`] (which files to merge, and merging
+//! them) keeps their number bounded, and [`chunk_cache`] keeps what reading them costs most
+//! to repeat. This file is over 700 lines because of its tests (about 330 lines: the store's
+//! behaviour end to end); the code is the [`Store`] facade.
 
 mod buffer;
 mod catalog;
 mod chunk_cache;
+mod compaction;
 mod database;
 mod dedup;
 mod error;
@@ -43,6 +46,7 @@ use serde::{Deserialize, Serialize};
 pub use buffer::TableChangeListener;
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
 pub use chunk_cache::{ChunkCache, ChunkCacheStats};
+pub use compaction::{CompactionOptions, CompactionScope, CompactionStats, CompactionSummary};
 pub use database::{Database, WriteReceipt};
 pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
@@ -79,6 +83,9 @@ pub struct StoreOptions {
     /// Persistence thresholds and file layout.
     #[serde(flatten)]
     pub persist: PersistOptions,
+    /// When and how files are merged.
+    #[serde(flatten)]
+    pub compaction: CompactionOptions,
     /// Bytes the chunk cache (parsed Parquet metadata and column chunks, see [`ChunkCache`])
     /// may hold; 0 turns it off. Default: 1/16 of the memory available (physical or cgroup),
     /// 64 MiB–8 GiB.
@@ -91,6 +98,7 @@ impl Default for StoreOptions {
             data_dir: PathBuf::from("./quiver-data"),
             wal: WalOptions::default(),
             persist: PersistOptions::default(),
+            compaction: CompactionOptions::default(),
             chunk_cache_bytes: quiver_model::settings::share_of_memory(
                 16,
                 64 << 20,
@@ -103,7 +111,8 @@ impl Default for StoreOptions {
 
 impl StoreOptions {
     /// Options for tests and tools: data and WAL (`<dir>/wal`, 64 KiB segments, no fsync)
-    /// in `dir`, persisting only when asked ([`Store::persist_now`]). Adjust fields as needed.
+    /// in `dir`, persisting and compacting only when asked ([`Store::persist_now`],
+    /// [`Store::compact_now`]). Adjust fields as needed.
     pub fn for_tests(dir: &Path) -> Self {
         StoreOptions {
             data_dir: dir.to_path_buf(),
@@ -117,6 +126,10 @@ impl StoreOptions {
                 max_buffer_bytes: usize::MAX,
                 max_age: Duration::from_secs(24 * 3600),
                 ..PersistOptions::default()
+            },
+            compaction: CompactionOptions {
+                enabled: false,
+                ..CompactionOptions::default()
             },
             chunk_cache_bytes: 64 << 20,
         }
@@ -184,6 +197,10 @@ impl Store {
         mut options: StoreOptions,
     ) -> Result<(Arc<Store>, OpenSummary), StorageError> {
         options.persist.validate().map_err(StorageError::Catalog)?;
+        options
+            .compaction
+            .validate()
+            .map_err(StorageError::Catalog)?;
         // absolute first: the parents of a relative name (`data` has the parent ``) cannot be
         // fsynced by name
         options.data_dir = std::path::absolute(&options.data_dir)
@@ -203,13 +220,14 @@ impl Store {
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
         let buffer = Arc::new(Buffer::new(options.persist.persist_bytes));
+        let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
         let persister = Arc::new(Persister::new(
             options.data_dir.clone(),
             options.persist.clone(),
+            options.compaction.clone(),
             lock,
             state,
-            buffer.clone(),
-            databases.clone(),
+            (buffer.clone(), databases.clone(), chunk_cache.clone()),
         ));
         let store = Arc::new(Store {
             databases,
@@ -217,7 +235,7 @@ impl Store {
             sequencer: Mutex::new(()),
             buffer,
             persister: Some(persister.clone()),
-            chunk_cache: Arc::new(ChunkCache::new(options.chunk_cache_bytes)),
+            chunk_cache,
         });
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
@@ -361,6 +379,42 @@ impl Store {
             Some(persister) => persister.persist_now(),
             None => Ok(PersistSummary::default()),
         }
+    }
+
+    /// Merges the files of every partition in `scope` that has small or overlapping files
+    /// now, whatever the idle time (the background compactor waits for
+    /// `compaction_idle_secs`); returns what it did. Fails with [`StorageError::NotFound`] if
+    /// the scope names a database or table without files or buffered rows.
+    pub fn compact_now(
+        &self,
+        scope: CompactionScope<'_>,
+    ) -> Result<CompactionSummary, StorageError> {
+        if let Some(name) = scope.database {
+            validate_database_name(name)?;
+            let db = self.database(name).ok_or_else(|| StorageError::NotFound {
+                what: format!("database {name:?}"),
+            })?;
+            if let Some(table) = scope.table.filter(|t| db.table(t).is_none()) {
+                return Err(StorageError::NotFound {
+                    what: format!("table {table:?} in database {name:?}"),
+                });
+            }
+        }
+        match &self.persister {
+            Some(persister) => persister.compact(scope, true),
+            None => Ok(CompactionSummary::default()),
+        }
+    }
+
+    /// Compaction counters and the file layout now (`None` for a memory-only store).
+    pub fn compaction_stats(&self) -> Option<CompactionStats> {
+        self.persister.as_ref().map(|p| p.compaction_stats())
+    }
+
+    /// The catalog as last written (`None` for a memory-only store): what a restart would
+    /// load, for tools and tests.
+    pub fn catalog(&self) -> Option<CatalogState> {
+        self.persister.as_ref().map(|p| p.catalog())
     }
 
     /// Stops the persister (letting a running persist finish), then the WAL's commit thread

@@ -87,7 +87,7 @@ impl PersistOptions {
         Ok(())
     }
 
-    fn partition_ns(&self) -> i64 {
+    pub(crate) fn partition_ns(&self) -> i64 {
         self.partition.as_nanos() as i64
     }
 }
@@ -119,32 +119,66 @@ pub(crate) fn write_table_files(
 ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
     let sorted = merge_chunks(&frozen.schema, frozen.chunks.iter())?;
     let partition_ns = options.partition_ns();
-    let mut files = Vec::new();
-    for (start, rows) in split_by_partition(&sorted, partition_ns)? {
-        let id = *next_file_id;
-        *next_file_id += 1;
-        let relative = format!(
-            "{TABLES_DIR}/{table_dir}/{}/{id:016}.parquet",
-            partition_label(start, partition_ns)
-        );
-        let path = data_dir.join(&relative);
-        let bytes = write_parquet(&path, &rows, options.row_group_rows)?;
-        let (min_time_ns, max_time_ns) =
-            time_range(std::slice::from_ref(&rows)).expect("a partition has rows");
-        files.push(Arc::new(ParquetFile {
-            entry: FileEntry {
-                id,
-                path: relative,
+    split_by_partition(&sorted, partition_ns)?
+        .into_iter()
+        .map(|(start, rows)| {
+            let id = *next_file_id;
+            *next_file_id += 1;
+            let file = NewFile {
+                table_dir,
                 partition_start_ns: start,
-                min_time_ns,
-                max_time_ns,
-                rows: rows.num_rows() as u64,
-                bytes,
-            },
-            path,
-        }));
-    }
-    Ok(files)
+                id,
+                generation: 0,
+            };
+            write_file(data_dir, &file, &rows, options)
+        })
+        .collect()
+}
+
+/// Where a new Parquet file goes and what the catalog will say about it.
+pub(crate) struct NewFile<'a> {
+    /// `<database>/<table id>`: the table's directory under [`TABLES_DIR`].
+    pub table_dir: &'a str,
+    /// Start of the file's time partition (ns).
+    pub partition_start_ns: i64,
+    /// The file's id (never reused).
+    pub id: u64,
+    /// 0 for a persisted file, one more than its newest input for a compacted one.
+    pub generation: u32,
+}
+
+/// Writes `rows` (sorted by series then time, deduplicated, all in one partition) as the file
+/// `file` describes, durably (file and directory fsynced), and returns it.
+pub(crate) fn write_file(
+    data_dir: &Path,
+    file: &NewFile<'_>,
+    rows: &RecordBatch,
+    options: &PersistOptions,
+) -> Result<Arc<ParquetFile>, StorageError> {
+    let relative = format!(
+        "{TABLES_DIR}/{}/{}/{:016}.parquet",
+        file.table_dir,
+        partition_label(file.partition_start_ns, options.partition_ns()),
+        file.id
+    );
+    let path = data_dir.join(&relative);
+    let bytes = write_parquet(&path, rows, options.row_group_rows)?;
+    let (min_time_ns, max_time_ns) =
+        time_range(std::slice::from_ref(rows)).expect("a written file has rows");
+    Ok(Arc::new(ParquetFile {
+        entry: FileEntry {
+            id: file.id,
+            path: relative,
+            partition_start_ns: file.partition_start_ns,
+            min_time_ns,
+            max_time_ns,
+            rows: rows.num_rows() as u64,
+            bytes,
+            generation: file.generation,
+            arrow_bytes: crate::memory::data_bytes(rows) as u64,
+        },
+        path,
+    }))
 }
 
 /// Splits sorted rows by time partition, keeping their order within each partition.

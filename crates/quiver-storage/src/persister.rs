@@ -8,7 +8,13 @@
 //! gate, so the frozen rows are exactly the writes up to one WAL sequence number), writes one
 //! Parquet file per table and partition, replaces the catalog atomically, swaps the files in
 //! for the frozen rows, and only then deletes the WAL segments the catalog now covers.
+//!
+//! It also runs the merges the [`crate::compaction`] planner picks (a second background
+//! thread, or [`crate::Store::compact_now`]): the catalog has one writer at a time, so a merge
+//! reserves its file ids and swaps its files in under the same lock a persist holds, and
+//! writes its files outside it.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
@@ -18,10 +24,15 @@ use parking_lot::{Mutex, RwLock};
 use quiver_wal::Wal;
 
 use crate::buffer::Buffer;
-use crate::catalog::{self, CatalogState, ColumnEntry, DataDirLock, TableEntry};
+use crate::catalog::{self, CatalogState, ColumnEntry, DataDirLock, FileEntry, TableEntry};
+use crate::chunk_cache::ChunkCache;
+use crate::compaction::{
+    self, CompactionOptions, CompactionScope, CompactionStats, CompactionSummary, Compactor, Merge,
+    MergeFailure,
+};
 use crate::database::{Database, DatabaseMap};
 use crate::error::StorageError;
-use crate::persist::{self, PersistOptions};
+use crate::persist::{self, NewFile, PersistOptions};
 use crate::table::{FrozenRows, ParquetFile, PreparedRows, Table};
 
 /// What one persist did.
@@ -75,6 +86,13 @@ pub(crate) struct Persister {
     last_error: Mutex<Option<String>>,
     stats: Mutex<PersistStats>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Compaction's planner state and counters.
+    compactor: Arc<Compactor>,
+    /// One merge at a time (the background thread or a request).
+    merging: Mutex<()>,
+    compactor_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Where replaced files are dropped from once deleted.
+    chunk_cache: Arc<ChunkCache>,
     buffer: Arc<Buffer>,
     databases: Arc<RwLock<DatabaseMap>>,
     /// Set once the WAL has been replayed (the replay writes through the store).
@@ -87,11 +105,12 @@ impl Persister {
     pub(crate) fn new(
         data_dir: PathBuf,
         options: PersistOptions,
+        compaction: CompactionOptions,
         lock: DataDirLock,
         catalog: CatalogState,
-        buffer: Arc<Buffer>,
-        databases: Arc<RwLock<DatabaseMap>>,
+        shared: (Arc<Buffer>, Arc<RwLock<DatabaseMap>>, Arc<ChunkCache>),
     ) -> Self {
+        let (buffer, databases, chunk_cache) = shared;
         Persister {
             data_dir,
             options,
@@ -100,6 +119,10 @@ impl Persister {
             last_error: Mutex::new(None),
             stats: Mutex::new(PersistStats::default()),
             thread: Mutex::new(None),
+            compactor: Arc::new(Compactor::new(compaction)),
+            merging: Mutex::new(()),
+            compactor_thread: Mutex::new(None),
+            chunk_cache,
             buffer,
             databases,
             wal: OnceLock::new(),
@@ -131,7 +154,7 @@ impl Persister {
         }
     }
 
-    /// Starts the background thread.
+    /// Starts the background threads: the persister, and the compactor unless turned off.
     pub(crate) fn start(self: &Arc<Self>) -> Result<(), StorageError> {
         let persister = Arc::downgrade(self);
         let buffer = self.buffer.clone();
@@ -140,7 +163,194 @@ impl Persister {
             .spawn(move || run_persister(persister, buffer))
             .map_err(|e| StorageError::io(&self.data_dir, e))?;
         *self.thread.lock() = Some(handle);
+        if self.compactor.options.enabled {
+            let persister = Arc::downgrade(self);
+            let compactor = self.compactor.clone();
+            let handle = std::thread::Builder::new()
+                .name("quiver-compact".into())
+                .spawn(move || run_compactor(persister, compactor))
+                .map_err(|e| StorageError::io(&self.data_dir, e))?;
+            *self.compactor_thread.lock() = Some(handle);
+        }
         Ok(())
+    }
+
+    /// Compaction counters, and the layout of the files now.
+    pub(crate) fn compaction_stats(&self) -> CompactionStats {
+        self.compactor.stats(&self.catalog.lock())
+    }
+
+    /// The catalog as last written.
+    pub(crate) fn catalog(&self) -> CatalogState {
+        self.catalog.lock().clone()
+    }
+
+    /// Runs merges in `scope` until none is due, settling every partition when `settle_all`
+    /// (else only the idle ones), then deletes replaced files no query reads any more.
+    pub(crate) fn compact(
+        &self,
+        scope: CompactionScope<'_>,
+        settle_all: bool,
+    ) -> Result<CompactionSummary, StorageError> {
+        let mut summary = CompactionSummary::default();
+        loop {
+            let one_at_a_time = self.merging.lock();
+            if self.compactor.is_closing() {
+                return Err(StorageError::Closed);
+            }
+            let Some(merge) = self.next_merge(scope, settle_all) else {
+                break;
+            };
+            let done = self.merge(&merge)?;
+            drop(one_at_a_time);
+            summary.add(&done);
+        }
+        self.compactor.delete_unread(&self.chunk_cache);
+        Ok(summary)
+    }
+
+    fn next_merge(&self, scope: CompactionScope<'_>, settle_all: bool) -> Option<Merge> {
+        let catalog = self.catalog.lock();
+        catalog.databases.iter().find_map(|(name, db)| {
+            self.compactor
+                .next_merge(name, &db.tables, scope, settle_all)
+        })
+    }
+
+    /// Runs one merge and counts it (a failure is retried later; an unreadable input is
+    /// quarantined).
+    fn merge(&self, merge: &Merge) -> Result<CompactionSummary, StorageError> {
+        let started = Instant::now();
+        match self.try_merge(merge) {
+            Ok(done) => {
+                self.compactor.record_success(&done);
+                tracing::info!(
+                    database = %merge.database,
+                    table = %merge.table,
+                    partition_start_ns = merge.partition_start_ns,
+                    files_in = done.files_in,
+                    files_out = done.files_out,
+                    rows_out = done.rows_out,
+                    parquet_bytes = done.bytes_out,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "compacted files"
+                );
+                Ok(done)
+            }
+            Err(failure) => {
+                self.compactor
+                    .record_failure(&failure.error, failure.unreadable.as_ref());
+                Err(failure.error)
+            }
+        }
+    }
+
+    /// Reads, merges and writes `merge`'s files and swaps them in; on failure nothing it
+    /// wrote stays.
+    fn try_merge(&self, merge: &Merge) -> Result<CompactionSummary, Box<MergeFailure>> {
+        let options = &self.compactor.options;
+        let sorted = compaction::read_merged(&self.data_dir, merge, &merge.schema)?;
+        let cuts = compaction::time_cuts(&sorted, compaction::target_rows(merge, options))?;
+        let first_id = self.reserve_file_ids(cuts.len().max(1) as u64)?;
+        let table_dir = format!("{}/{}", merge.database, merge.table_id);
+        let mut written: Vec<Arc<ParquetFile>> = Vec::with_capacity(cuts.len().max(1));
+        let mut write = |k: usize, rows: &arrow::array::RecordBatch| -> Result<(), StorageError> {
+            let file = NewFile {
+                table_dir: &table_dir,
+                partition_start_ns: merge.partition_start_ns,
+                id: first_id + k as u64,
+                generation: merge.generation(),
+            };
+            written.push(persist::write_file(
+                &self.data_dir,
+                &file,
+                rows,
+                &self.options,
+            )?);
+            Ok(())
+        };
+        // one piece copied out at a time
+        let result = match cuts.as_slice() {
+            [] => write(0, &sorted),
+            cuts => cuts
+                .iter()
+                .enumerate()
+                .try_for_each(|(k, rows)| write(k, &compaction::piece(&sorted, rows)?)),
+        };
+        drop(sorted);
+        let result = result.and_then(|()| self.swap_in(merge, &written));
+        match result {
+            Ok(replaced) => {
+                self.compactor.retire(replaced);
+                Ok(CompactionSummary {
+                    compactions: 1,
+                    files_in: merge.inputs.len() as u64,
+                    files_out: written.len() as u64,
+                    rows_in: merge.inputs.iter().map(|f| f.rows).sum(),
+                    rows_out: written.iter().map(|f| f.entry.rows).sum(),
+                    bytes_in: merge.inputs.iter().map(|f| f.bytes).sum(),
+                    bytes_out: written.iter().map(|f| f.entry.bytes).sum(),
+                })
+            }
+            Err(e) => {
+                for file in &written {
+                    // an undeleted one is an orphan, swept at the next start
+                    let _ = std::fs::remove_file(&file.path);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Takes `count` file ids from the catalog (ids are never reused, used or not).
+    fn reserve_file_ids(&self, count: u64) -> Result<u64, StorageError> {
+        let running = self.running.lock();
+        if running.is_none() {
+            return Err(StorageError::Closed);
+        }
+        let mut catalog = self.catalog.lock();
+        let first = catalog.next_file_id;
+        catalog.next_file_id += count;
+        Ok(first)
+    }
+
+    /// Replaces `merge`'s inputs by `merged` in the catalog (durably, atomically) and in the
+    /// table; returns the replaced files.
+    fn swap_in(
+        &self,
+        merge: &Merge,
+        merged: &[Arc<ParquetFile>],
+    ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
+        let running = self.running.lock();
+        if running.is_none() {
+            return Err(StorageError::Closed);
+        }
+        let replaced: HashSet<u64> = merge.inputs.iter().map(|f| f.id).collect();
+        let mut state = self.catalog.lock().clone();
+        let entry = state
+            .databases
+            .get_mut(&merge.database)
+            .and_then(|db| db.tables.get_mut(&merge.table))
+            .filter(|t| t.id == merge.table_id)
+            .filter(|t| {
+                t.files.iter().filter(|f| replaced.contains(&f.id)).count() == replaced.len()
+            })
+            .ok_or_else(|| {
+                StorageError::Catalog(format!(
+                    "table {}.{} changed while its files were compacted",
+                    merge.database, merge.table
+                ))
+            })?;
+        let entries: Vec<FileEntry> = merged.iter().map(|f| f.entry.clone()).collect();
+        entry.files = compaction::splice_merged(&entry.files, |f| f.id, &replaced, &entries).0;
+        catalog::store(&self.data_dir, &state)?;
+        *self.catalog.lock() = state;
+        let table = self
+            .databases
+            .read()
+            .get(&merge.database)
+            .and_then(|db| db.table(&merge.table));
+        Ok(table.map_or_else(Vec::new, |t| t.replace_files(&replaced, merged)))
     }
 
     /// Waits while the buffer holds `max_buffer_bytes` or more; fails at once if the last
@@ -228,7 +438,21 @@ impl Persister {
         files: Vec<Vec<Arc<ParquetFile>>>,
     ) -> PersistSummary {
         let through_seq = state.persisted_through_seq;
+        let touched: Vec<(u64, i64)> = frozen
+            .iter()
+            .zip(&files)
+            .filter_map(|((database, rows), files)| {
+                let table = state
+                    .databases
+                    .get(database)?
+                    .tables
+                    .get(rows.table.name())?;
+                Some(files.iter().map(|f| (table.id, f.entry.partition_start_ns)))
+            })
+            .flatten()
+            .collect();
         *self.catalog.lock() = state;
+        self.compactor.files_added(touched);
         let mut summary = PersistSummary {
             tables: frozen.len(),
             through_seq,
@@ -322,9 +546,14 @@ impl Persister {
         Ok(written)
     }
 
-    /// Stops the thread (letting a running persist finish), then the WAL's commit thread
+    /// Stops the compactor (letting a running merge finish) and the persister thread (letting
+    /// a running persist finish), then the WAL's commit thread
     /// after syncing what it holds, then releases the data directory's lock.
     pub(crate) fn close(&self) {
+        self.compactor.shut_down();
+        if let Some(thread) = self.compactor_thread.lock().take() {
+            let _ = thread.join();
+        }
         self.buffer.signal.lock().shutdown = true;
         self.buffer.wake.notify_one();
         if let Some(thread) = self.thread.lock().take() {
@@ -378,5 +607,24 @@ fn run_persister(persister: Weak<Persister>, buffer: Arc<Buffer>) {
                 wait = Duration::from_secs(1);
             }
         }
+    }
+}
+
+/// The compactor thread: after each persist and every second, runs the merges that are due;
+/// backs off for ten seconds after a failure. Holds the persister only while working.
+fn run_compactor(persister: Weak<Persister>, compactor: Arc<Compactor>) {
+    let mut wait = Duration::from_secs(1);
+    while compactor.wait(wait) {
+        let Some(persister) = persister.upgrade() else {
+            return;
+        };
+        wait = match persister.compact(CompactionScope::default(), false) {
+            Ok(_) => Duration::from_secs(1),
+            Err(StorageError::Closed) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "compaction failed; retrying in 10 s");
+                Duration::from_secs(10)
+            }
+        };
     }
 }

@@ -251,6 +251,22 @@ impl Table {
         state.snapshot = None;
     }
 
+    /// Swaps compacted files in for the files they replace (by id), where the last replaced
+    /// file was; returns the replaced files. The rows and the version stay the same.
+    pub(crate) fn replace_files(
+        &self,
+        replaced: &std::collections::HashSet<u64>,
+        merged: &[Arc<ParquetFile>],
+    ) -> Vec<Arc<ParquetFile>> {
+        let mut state = self.state.write();
+        let (files, gone) =
+            crate::compaction::splice_merged(&state.files, |f| f.entry.id, replaced, merged);
+        state.files = Arc::new(files);
+        state.generation += 1;
+        state.snapshot = None;
+        gone
+    }
+
     /// Puts frozen chunks back in front of the live ones after a failed persist.
     pub(crate) fn abort_persist(&self) {
         let mut state = self.state.write();
@@ -431,14 +447,18 @@ fn add_columns(state: &mut TableState, added: Vec<(String, ColumnType)>) {
         return;
     }
     state.columns.extend(added);
-    state.schema = Arc::new(Schema::new(
-        state
-            .columns
+    state.schema = schema_of(&state.columns);
+    state.snapshot = None;
+}
+
+/// The Arrow schema of a table with these columns (sorted by name, as every table's is).
+pub(crate) fn schema_of(columns: &BTreeMap<String, ColumnType>) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns
             .iter()
             .map(|(name, t)| t.arrow_field(name))
             .collect::<Vec<_>>(),
-    ));
-    state.snapshot = None;
+    ))
 }
 
 fn push_chunk(state: &mut TableState, batch: RecordBatch) -> usize {
@@ -465,7 +485,10 @@ fn concat_widening(a: &RecordBatch, b: &RecordBatch) -> Result<RecordBatch, Stor
 
 /// Widens a batch written under an older (smaller) schema to `schema`: missing columns are
 /// null, never 0.
-fn align_to_schema(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, StorageError> {
+pub(crate) fn align_to_schema(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, StorageError> {
     if batch.schema().fields() == schema.fields() {
         return Ok(batch.clone());
     }

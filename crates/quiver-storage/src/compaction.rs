@@ -1,0 +1,804 @@
+//! Compaction: keeps the number of Parquet files per table and time partition bounded and
+//! the files of a quiet partition free of overlaps, whatever the write pattern.
+//!
+//! Every persist adds one file per table and partition it touched. Files are merged in two
+//! ways, always a run of files that are consecutive in the partition's write order (so "later
+//! write wins" still holds between the merged file and every file around it):
+//! - **tiers**: once `compaction_fanout` consecutive small files of one generation exist,
+//!   they become one file of the next generation, so a steady stream of persists costs each
+//!   row about log_fanout(target / persist size) rewrites, not one per persist;
+//! - **settling**: once a partition has received no new file for `compaction_idle_secs` (or
+//!   when `POST /api/v3/compact` asks), every small file and every file that overlaps another
+//!   is merged, leaving files of about `compaction_target_file_bytes` whose time ranges do
+//!   not overlap: queries then scan them with no deduplicating merge.
+//!
+//! A merge reads its inputs, sorts and deduplicates them exactly as a persist does, cuts the
+//! result by time into files of about the target size, writes them durably, and swaps them
+//! for the inputs in one atomic catalog replacement. Inputs leave the disk (and the chunk
+//! cache) only once no query still holds them ([`Compactor::delete_unread`]); a process that
+//! dies at any moment leaves either the old files or the new ones named by the catalog, and
+//! the unnamed ones are orphans deleted at the next start. A file that cannot be read is
+//! quarantined: left as it is, never picked again, and reported.
+//!
+//! Over 700 lines: the planner, the merge and their bookkeeping are one policy; about 190
+//! lines are its tests (including a property test that settling always converges).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::SchemaRef;
+use parking_lot::{Condvar, Mutex};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{FileEntry, TableEntry};
+use crate::chunk_cache::ChunkCache;
+use crate::dedup::sort_and_deduplicate;
+use crate::error::StorageError;
+use crate::table::{align_to_schema, schema_of, time_column, ParquetFile};
+
+/// When and how files are compacted. The serde names are the server's configuration keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompactionOptions {
+    /// Whether the background compactor runs (`POST /api/v3/compact` works either way).
+    #[serde(rename = "compaction_enabled")]
+    pub enabled: bool,
+    /// Size compacted files aim at. A file of at least half of it is *full*: rewritten only
+    /// when another file overlaps it.
+    #[serde(rename = "compaction_target_file_bytes")]
+    pub target_file_bytes: u64,
+    /// How many consecutive small files of one generation become one of the next.
+    #[serde(rename = "compaction_fanout")]
+    pub fanout: usize,
+    /// A partition that received no new file for this long (whole seconds) is settled.
+    #[serde(rename = "compaction_idle_secs", with = "quiver_model::settings::secs")]
+    pub idle: Duration,
+    /// The most memory one merge's rows may take as Arrow arrays (a merge holds them, and at
+    /// most one sorted copy, in memory): the files of one merge are chosen to fit.
+    #[serde(rename = "compaction_max_merge_bytes")]
+    pub max_merge_bytes: u64,
+}
+
+impl Default for CompactionOptions {
+    fn default() -> Self {
+        CompactionOptions {
+            enabled: true,
+            target_file_bytes: 64 << 20,
+            fanout: 8,
+            idle: Duration::from_secs(120),
+            max_merge_bytes: quiver_model::settings::share_of_memory(
+                32,
+                64 << 20,
+                1 << 30,
+                256 << 20,
+            ),
+        }
+    }
+}
+
+impl CompactionOptions {
+    /// Checks the options make sense, naming the offending one.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.fanout < 2 {
+            return Err(format!(
+                "compaction_fanout must be at least 2, got {}",
+                self.fanout
+            ));
+        }
+        if self.target_file_bytes < 4096 {
+            return Err(format!(
+                "compaction_target_file_bytes must be at least 4096, got {}",
+                self.target_file_bytes
+            ));
+        }
+        if self.max_merge_bytes < 1 << 20 {
+            return Err(format!(
+                "compaction_max_merge_bytes must be at least 1 MiB, got {}",
+                self.max_merge_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    fn is_full(&self, file: &FileEntry) -> bool {
+        file.bytes >= self.target_file_bytes / 2
+    }
+}
+
+/// What one or more merges did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CompactionSummary {
+    /// Merges completed.
+    pub compactions: u64,
+    /// Files merged away.
+    pub files_in: u64,
+    /// Files written.
+    pub files_out: u64,
+    /// Rows read.
+    pub rows_in: u64,
+    /// Rows written (fewer when duplicates were merged).
+    pub rows_out: u64,
+    /// Parquet bytes read.
+    pub bytes_in: u64,
+    /// Parquet bytes written.
+    pub bytes_out: u64,
+}
+
+impl CompactionSummary {
+    pub(crate) fn add(&mut self, other: &CompactionSummary) {
+        self.compactions += other.compactions;
+        self.files_in += other.files_in;
+        self.files_out += other.files_out;
+        self.rows_in += other.rows_in;
+        self.rows_out += other.rows_out;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+    }
+}
+
+/// Compaction counters since start, and the file layout now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CompactionStats {
+    /// What the merges since start did.
+    #[serde(flatten)]
+    pub done: CompactionSummary,
+    /// Merges that failed (retried later).
+    pub failures: u64,
+    /// The last failure, if the last attempt failed.
+    pub last_error: Option<String>,
+    /// Replaced files deleted from disk.
+    pub files_deleted: u64,
+    /// Replaced files still read by a running query (deleted once it finishes).
+    pub files_awaiting_deletion: usize,
+    /// Files that could not be read: never merged, reported here and in the log.
+    pub quarantined_files: Vec<String>,
+    /// Files the catalog names now.
+    pub files: usize,
+    /// Table time partitions with at least one file.
+    pub partitions: usize,
+    /// The most files any one partition has.
+    pub max_files_per_partition: usize,
+}
+
+/// Which tables a compaction request covers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CompactionScope<'a> {
+    /// Only this database (all when `None`).
+    pub database: Option<&'a str>,
+    /// Only this table of it (all when `None`).
+    pub table: Option<&'a str>,
+}
+
+impl CompactionScope<'_> {
+    fn covers(&self, database: &str, table: &str) -> bool {
+        self.database.is_none_or(|d| d == database) && self.table.is_none_or(|t| t == table)
+    }
+}
+
+/// One merge: consecutive files of one table partition, in write order.
+#[derive(Debug, Clone)]
+pub(crate) struct Merge {
+    pub database: String,
+    pub table: String,
+    pub table_id: u64,
+    pub partition_start_ns: i64,
+    pub inputs: Vec<FileEntry>,
+    /// The table's columns as the catalog records them: every input is widened to them.
+    pub schema: SchemaRef,
+}
+
+impl Merge {
+    /// The generation of the merged files.
+    pub(crate) fn generation(&self) -> u32 {
+        self.inputs.iter().map(|f| f.generation).max().unwrap_or(0) + 1
+    }
+}
+
+/// The compactor's bookkeeping: options, counters, when each partition last got a file,
+/// replaced files waiting for their last reader, quarantined files, and the background
+/// thread's wake-up signal. Merges themselves are run by the persister, which owns the
+/// catalog.
+pub(crate) struct Compactor {
+    pub(crate) options: CompactionOptions,
+    stats: Mutex<CompactionStats>,
+    /// When a persist last added a file to `(table id, partition start)`.
+    last_change: Mutex<HashMap<(u64, i64), Instant>>,
+    started: Instant,
+    /// Replaced files, deleted once nothing else holds them.
+    retired: Mutex<Vec<Arc<ParquetFile>>>,
+    /// Files that failed to read, by id, with the error.
+    quarantined: Mutex<HashMap<u64, String>>,
+    /// `true` once the store is closing.
+    signal: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Compactor {
+    pub(crate) fn new(options: CompactionOptions) -> Self {
+        Compactor {
+            options,
+            stats: Mutex::new(CompactionStats::default()),
+            last_change: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+            retired: Mutex::new(Vec::new()),
+            quarantined: Mutex::new(HashMap::new()),
+            signal: Mutex::new(false),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Notes that persists added files to these `(table id, partition start)` pairs.
+    pub(crate) fn files_added(&self, partitions: impl IntoIterator<Item = (u64, i64)>) {
+        let now = Instant::now();
+        self.last_change
+            .lock()
+            .extend(partitions.into_iter().map(|p| (p, now)));
+        self.wake.notify_one();
+    }
+
+    /// Waits up to `timeout` for a wake-up; `false` once the store is closing.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let mut closing = self.signal.lock();
+        if !*closing {
+            self.wake.wait_for(&mut closing, timeout);
+        }
+        !*closing
+    }
+
+    /// Whether the store is closing (merges stop).
+    pub(crate) fn is_closing(&self) -> bool {
+        *self.signal.lock()
+    }
+
+    /// Tells the background thread to stop.
+    pub(crate) fn shut_down(&self) {
+        *self.signal.lock() = true;
+        self.wake.notify_all();
+    }
+
+    /// The next merge in `tables` (the catalog's tables of `database`), settling partitions
+    /// that are idle, or all of them when `settle_all`.
+    pub(crate) fn next_merge(
+        &self,
+        database: &str,
+        tables: &std::collections::BTreeMap<String, TableEntry>,
+        scope: CompactionScope<'_>,
+        settle_all: bool,
+    ) -> Option<Merge> {
+        let quarantined = self.quarantined.lock();
+        let last_change = self.last_change.lock();
+        for (name, table) in tables {
+            if !scope.covers(database, name) {
+                continue;
+            }
+            for (start, files) in partitions(&table.files) {
+                let settle = settle_all || {
+                    let changed = last_change
+                        .get(&(table.id, start))
+                        .copied()
+                        .unwrap_or(self.started);
+                    changed.elapsed() >= self.options.idle
+                };
+                // a quarantined file splits the partition: no merge may move rows across it
+                for segment in files.split(|f| quarantined.contains_key(&f.id)) {
+                    if let Some(range) = plan_partition(segment, &self.options, settle) {
+                        return Some(Merge {
+                            database: database.to_string(),
+                            table: name.clone(),
+                            table_id: table.id,
+                            partition_start_ns: start,
+                            inputs: segment[range].iter().map(|f| (*f).clone()).collect(),
+                            schema: catalog_schema(table)?,
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts a completed merge.
+    pub(crate) fn record_success(&self, done: &CompactionSummary) {
+        let mut stats = self.stats.lock();
+        stats.done.add(done);
+        stats.last_error = None;
+    }
+
+    /// Counts a failed merge; quarantines `unreadable` (a file that failed to read).
+    pub(crate) fn record_failure(&self, error: &StorageError, unreadable: Option<&FileEntry>) {
+        let mut stats = self.stats.lock();
+        stats.failures += 1;
+        stats.last_error = Some(error.to_string());
+        if let Some(file) = unreadable {
+            tracing::error!(file = %file.path, error = %error, "quarantined an unreadable Parquet file: compaction leaves it alone");
+            self.quarantined
+                .lock()
+                .insert(file.id, format!("{}: {error}", file.path));
+        }
+    }
+
+    /// Hands over files a merge replaced, to be deleted once no query reads them.
+    pub(crate) fn retire(&self, files: Vec<Arc<ParquetFile>>) {
+        self.retired.lock().extend(files);
+    }
+
+    /// Deletes the replaced files no query holds any more (a running scan holds its files
+    /// until it finishes) and drops them from the chunk cache. Returns how many went.
+    pub(crate) fn delete_unread(&self, chunk_cache: &ChunkCache) -> usize {
+        let unread: Vec<Arc<ParquetFile>> = {
+            let mut retired = self.retired.lock();
+            let (unread, held) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|f| Arc::strong_count(f) == 1);
+            *retired = held;
+            unread
+        };
+        for file in &unread {
+            match std::fs::remove_file(&file.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // left for the orphan sweep at the next start
+                Err(e) => {
+                    tracing::warn!(file = %file.path.display(), error = %e, "could not delete a compacted file")
+                }
+            }
+            chunk_cache.forget_file(&file.entry.path);
+        }
+        self.stats.lock().files_deleted += unread.len() as u64;
+        unread.len()
+    }
+
+    /// Counters since start, with the layout of `catalog`'s files now.
+    pub(crate) fn stats(&self, catalog: &crate::catalog::CatalogState) -> CompactionStats {
+        let mut stats = self.stats.lock().clone();
+        stats.files_awaiting_deletion = self.retired.lock().len();
+        stats.quarantined_files = self.quarantined.lock().values().cloned().collect();
+        stats.quarantined_files.sort();
+        for table in catalog.databases.values().flat_map(|d| d.tables.values()) {
+            stats.files += table.files.len();
+            for (_, files) in partitions(&table.files) {
+                stats.partitions += 1;
+                stats.max_files_per_partition = stats.max_files_per_partition.max(files.len());
+            }
+        }
+        stats
+    }
+}
+
+/// The Arrow schema of a table as the catalog records it (`None` if a type is unknown,
+/// which opening the store already rejects).
+fn catalog_schema(table: &TableEntry) -> Option<SchemaRef> {
+    let columns = table
+        .columns
+        .iter()
+        .map(|c| Some((c.name.clone(), c.column_type().ok()?)))
+        .collect::<Option<_>>()?;
+    Some(schema_of(&columns))
+}
+
+/// A table's files grouped by time partition, each group in write order.
+fn partitions(files: &[FileEntry]) -> Vec<(i64, Vec<&FileEntry>)> {
+    let mut groups: std::collections::BTreeMap<i64, Vec<&FileEntry>> = Default::default();
+    for file in files {
+        groups
+            .entry(file.partition_start_ns)
+            .or_default()
+            .push(file);
+    }
+    groups.into_iter().collect()
+}
+
+/// Which consecutive files of one partition (in write order) to merge now, if any: a tier of
+/// `fanout` small files of the lowest generation that has one, else, when `settle`, every
+/// small or overlapping file.
+pub(crate) fn plan_partition(
+    files: &[&FileEntry],
+    options: &CompactionOptions,
+    settle: bool,
+) -> Option<Range<usize>> {
+    tier(files, options).or_else(|| settle.then(|| settling(files, options)).flatten())
+}
+
+/// The first run of `fanout` consecutive small files of one generation, lowest generation
+/// first.
+fn tier(files: &[&FileEntry], options: &CompactionOptions) -> Option<Range<usize>> {
+    let mut best: Option<(u32, usize)> = None;
+    let mut run = 0;
+    for (i, file) in files.iter().enumerate() {
+        run = match i.checked_sub(1).map(|p| files[p]) {
+            _ if options.is_full(file) => 0,
+            Some(prev) if !options.is_full(prev) && prev.generation == file.generation => run + 1,
+            _ => 1,
+        };
+        if run >= options.fanout && best.is_none_or(|(g, _)| file.generation < g) {
+            best = Some((file.generation, i + 1 - options.fanout));
+        }
+    }
+    let (_, start) = best?;
+    affordable(files, start..start + options.fanout, options)
+}
+
+/// The longest prefix of `range` whose rows fit one merge's memory, if it has two files or
+/// more (fewer would merge nothing).
+fn affordable(
+    files: &[&FileEntry],
+    range: Range<usize>,
+    options: &CompactionOptions,
+) -> Option<Range<usize>> {
+    let mut end = range.start;
+    let mut memory = 0u64;
+    while end < range.end && memory + files[end].memory_bytes() <= options.max_merge_bytes {
+        memory += files[end].memory_bytes();
+        end += 1;
+    }
+    (end - range.start >= 2).then_some(range.start..end)
+}
+
+/// The files a quiet partition still needs merged: from the first to the last file that is
+/// small or overlaps another (so the result overlaps nothing); when that reads too much for
+/// one merge (or would not leave fewer files), the first affordable run of small files.
+fn settling(files: &[&FileEntry], options: &CompactionOptions) -> Option<Range<usize>> {
+    let overlaps = |i: usize| {
+        files.iter().enumerate().any(|(j, other)| {
+            j != i
+                && other.min_time_ns <= files[i].max_time_ns
+                && files[i].min_time_ns <= other.max_time_ns
+        })
+    };
+    let needed: Vec<usize> = (0..files.len())
+        .filter(|&i| !options.is_full(files[i]) || overlaps(i))
+        .collect();
+    let (&first, &last) = (needed.first()?, needed.last()?);
+    if first == last {
+        return None;
+    }
+    let whole = first..last + 1;
+    let bytes: u64 = files[whole.clone()].iter().map(|f| f.bytes).sum();
+    let memory: u64 = files[whole.clone()].iter().map(|f| f.memory_bytes()).sum();
+    // a merge either removes overlaps or leaves fewer files (it writes one file per target
+    // size): otherwise settling could rewrite the same files forever
+    let fewer = bytes.div_ceil(options.target_file_bytes) < whole.len() as u64;
+    if (fewer || needed.iter().any(|&i| overlaps(i))) && memory <= options.max_merge_bytes {
+        return Some(whole);
+    }
+    // too much at once: merge runs of small files only (overlaps with full files stay, and
+    // queries deduplicate them)
+    (0..files.len()).find_map(|start| {
+        let end = (start..files.len())
+            .find(|&i| options.is_full(files[i]))
+            .unwrap_or(files.len());
+        affordable(files, start..end, options)
+    })
+}
+
+/// Replaces the items whose id is in `replaced` by `merged`, placed where the last replaced
+/// item was (every other item keeps its place, so write order holds); returns the new list
+/// and the replaced items.
+pub(crate) fn splice_merged<T: Clone>(
+    items: &[T],
+    id: impl Fn(&T) -> u64,
+    replaced: &std::collections::HashSet<u64>,
+    merged: &[T],
+) -> (Vec<T>, Vec<T>) {
+    let last = items.iter().rposition(|item| replaced.contains(&id(item)));
+    let mut kept = Vec::with_capacity(items.len() + merged.len());
+    let mut gone = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if !replaced.contains(&id(item)) {
+            kept.push(item.clone());
+            continue;
+        }
+        gone.push(item.clone());
+        if Some(i) == last {
+            kept.extend_from_slice(merged);
+        }
+    }
+    (kept, gone)
+}
+
+/// Why a merge failed, and the input to quarantine if an input could not be read.
+#[derive(Debug)]
+pub(crate) struct MergeFailure {
+    pub unreadable: Option<FileEntry>,
+    pub error: StorageError,
+}
+
+impl From<StorageError> for Box<MergeFailure> {
+    fn from(error: StorageError) -> Self {
+        Box::new(MergeFailure {
+            unreadable: None,
+            error,
+        })
+    }
+}
+
+/// The rows of `merge`'s inputs merged (sorted by series then time, later write winning per
+/// field) under `schema`, the table's columns. An input that cannot be read is returned as
+/// the error's subject so it can be quarantined. At most two copies of the rows are alive at
+/// any moment (the read batches and their concatenation, then that and the sorted result).
+pub(crate) fn read_merged(
+    data_dir: &Path,
+    merge: &Merge,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, Box<MergeFailure>> {
+    let mut batches = Vec::new();
+    for input in &merge.inputs {
+        read_file(&data_dir.join(&input.path), schema, &mut batches).map_err(|error| {
+            Box::new(MergeFailure {
+                unreadable: Some(input.clone()),
+                error,
+            })
+        })?;
+    }
+    let all = arrow::compute::concat_batches(schema, &batches).map_err(StorageError::from)?;
+    drop(batches);
+    Ok(sort_and_deduplicate(&all)?)
+}
+
+/// Appends the file's rows, widened to `schema`, to `batches`.
+fn read_file(
+    path: &Path,
+    schema: &SchemaRef,
+    batches: &mut Vec<RecordBatch>,
+) -> Result<(), StorageError> {
+    let file = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+        .with_batch_size(64 * 1024)
+        .build()?;
+    for batch in reader {
+        batches.push(align_to_schema(&batch?, schema)?);
+    }
+    Ok(())
+}
+
+/// Where to cut `sorted` (one partition's rows, sorted by series then time) by time into
+/// pieces of about `target_rows` rows whose time ranges do not overlap: each piece's row
+/// indices, in order (so each piece keeps the order); empty when one piece holds it all.
+pub(crate) fn time_cuts(
+    sorted: &RecordBatch,
+    target_rows: usize,
+) -> Result<Vec<UInt32Array>, StorageError> {
+    let rows = sorted.num_rows();
+    let pieces = rows.div_ceil(target_rows.max(1));
+    if pieces <= 1 {
+        return Ok(Vec::new());
+    }
+    let times = time_column(sorted)?.values();
+    let mut ordered: Vec<i64> = times.to_vec();
+    ordered.sort_unstable();
+    // piece k starts at the k-th quantile; equal quantiles collapse (one instant is never
+    // split across files)
+    let mut starts: Vec<i64> = (1..pieces).map(|k| ordered[k * rows / pieces]).collect();
+    starts.dedup();
+    let mut indices: Vec<Vec<u32>> = vec![Vec::new(); starts.len() + 1];
+    for (row, t) in times.iter().enumerate() {
+        indices[starts.partition_point(|s| s <= t)].push(row as u32);
+    }
+    let cuts: Vec<UInt32Array> = indices
+        .into_iter()
+        .filter(|rows| !rows.is_empty())
+        .map(UInt32Array::from)
+        .collect();
+    Ok(if cuts.len() > 1 { cuts } else { Vec::new() })
+}
+
+/// The rows of one piece ([`time_cuts`]).
+pub(crate) fn piece(sorted: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch, StorageError> {
+    Ok(take_record_batch(sorted, rows)?)
+}
+
+/// Rows per output file so that files come out at about `options.target_file_bytes`, judging
+/// by the inputs' bytes per row.
+pub(crate) fn target_rows(merge: &Merge, options: &CompactionOptions) -> usize {
+    let rows: u64 = merge.inputs.iter().map(|f| f.rows).sum();
+    let bytes: u64 = merge.inputs.iter().map(|f| f.bytes).sum();
+    let per_row = (bytes as f64 / rows.max(1) as f64).max(1.0);
+    ((options.target_file_bytes as f64 / per_row) as usize).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn options() -> CompactionOptions {
+        CompactionOptions {
+            enabled: true,
+            target_file_bytes: 64 * MIB,
+            fanout: 4,
+            idle: Duration::ZERO,
+            max_merge_bytes: 128 * MIB,
+        }
+    }
+
+    fn file(id: u64, times: (i64, i64), bytes: u64, generation: u32) -> FileEntry {
+        FileEntry {
+            id,
+            path: format!("f{id}"),
+            partition_start_ns: 0,
+            min_time_ns: times.0,
+            max_time_ns: times.1,
+            rows: bytes,
+            bytes,
+            generation,
+            arrow_bytes: bytes,
+        }
+    }
+
+    fn plan(files: &[FileEntry], settle: bool) -> Option<Range<usize>> {
+        let refs: Vec<&FileEntry> = files.iter().collect();
+        plan_partition(&refs, &options(), settle)
+    }
+
+    #[test]
+    fn tiers_merge_fanout_consecutive_small_files_of_the_lowest_generation() {
+        let mut files: Vec<FileEntry> = (0..3)
+            .map(|i| file(i, (i as i64, i as i64), MIB, 0))
+            .collect();
+        assert_eq!(plan(&files, false), None, "3 files of a fanout of 4");
+        files.push(file(3, (3, 3), MIB, 0));
+        assert_eq!(plan(&files, false), Some(0..4));
+        // a generation-1 file breaks the run of generation-0 files
+        let mixed: Vec<FileEntry> = [0, 0, 1, 0, 0, 0, 0]
+            .iter()
+            .enumerate()
+            .map(|(i, g)| file(i as u64, (i as i64, i as i64), MIB, *g))
+            .collect();
+        assert_eq!(plan(&mixed, false), Some(3..7));
+        // full files never take part in tiers
+        let full: Vec<FileEntry> = (0..5)
+            .map(|i| file(i, (i as i64, i as i64), 40 * MIB, 0))
+            .collect();
+        assert_eq!(plan(&full, false), None);
+        assert_eq!(
+            plan(&full, true),
+            None,
+            "full files that overlap nothing are settled"
+        );
+    }
+
+    #[test]
+    fn settling_merges_small_and_overlapping_files_into_one_range() {
+        let files = vec![
+            file(1, (0, 10), 40 * MIB, 1),
+            file(2, (11, 20), 40 * MIB, 1),
+            file(3, (21, 22), MIB, 0),
+            file(4, (23, 24), MIB, 0),
+        ];
+        assert_eq!(plan(&files, false), None);
+        assert_eq!(plan(&files, true), Some(2..4));
+        // late data overlapping the first full file pulls it (and what lies between) in
+        let late = vec![
+            file(1, (0, 10), 40 * MIB, 1),
+            file(2, (11, 20), 40 * MIB, 1),
+            file(3, (5, 6), MIB, 0),
+        ];
+        assert_eq!(plan(&late, true), Some(0..3));
+        assert_eq!(plan(&late[..2], true), None);
+    }
+
+    #[test]
+    fn settling_too_much_at_once_merges_runs_of_small_files_only() {
+        let files = vec![
+            file(1, (0, 100), 60 * MIB, 1),
+            file(2, (0, 100), 60 * MIB, 1),
+            file(3, (0, 100), 60 * MIB, 1),
+            file(4, (0, 100), 60 * MIB, 1),
+            file(5, (0, 100), 60 * MIB, 1),
+            file(6, (0, 1), MIB, 0),
+            file(7, (2, 3), MIB, 0),
+        ];
+        assert_eq!(plan(&files, true), Some(5..7));
+        assert_eq!(plan(&files[..5], true), None, "nothing affordable to merge");
+    }
+
+    #[test]
+    fn time_cuts_at_quantiles_and_never_split_an_instant() {
+        use arrow::array::{Int64Array, TimestampNanosecondArray};
+        use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+                false,
+            ),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        // two series, interleaved in time, sorted by series then time
+        let times: Vec<i64> = (0..50).chain(0..50).collect();
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(TimestampNanosecondArray::from(times).with_timezone("UTC")),
+                Arc::new(Int64Array::from_iter_values(0..100)),
+            ],
+        )
+        .unwrap();
+        let split = |batch: &RecordBatch, target: usize| -> Vec<RecordBatch> {
+            let cuts = time_cuts(batch, target).unwrap();
+            if cuts.is_empty() {
+                return vec![batch.clone()];
+            }
+            cuts.iter()
+                .map(|rows| piece(batch, rows).unwrap())
+                .collect()
+        };
+        let pieces = split(&batch, 30);
+        assert_eq!(pieces.len(), 4);
+        assert_eq!(pieces.iter().map(RecordBatch::num_rows).sum::<usize>(), 100);
+        let ranges: Vec<(i64, i64)> = pieces
+            .iter()
+            .map(|p| crate::table::time_range(std::slice::from_ref(p)).unwrap())
+            .collect();
+        for pair in ranges.windows(2) {
+            assert!(pair[0].1 < pair[1].0, "pieces overlap: {ranges:?}");
+        }
+        // every piece keeps series-then-time order: values rise within each series
+        assert!(time_cuts(&batch, 1000).unwrap().is_empty());
+        let same_instant = RecordBatch::try_new(
+            batch.schema(),
+            vec![
+                Arc::new(TimestampNanosecondArray::from(vec![7; 10]).with_timezone("UTC")),
+                Arc::new(Int64Array::from_iter_values(0..10)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(split(&same_instant, 3).len(), 1);
+    }
+
+    fn arbitrary_partition() -> impl Strategy<Value = Vec<FileEntry>> {
+        prop::collection::vec((0i64..1000, 0i64..200, 1u64..50, 0u32..3), 0..40).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (start, len, mib, g))| file(i as u64, (start, start + len), mib * MIB, g))
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// Plans are ranges of at least two files that a merge can afford, and repeating
+        /// settle merges (simulated) ends with no two overlapping files and at most one small
+        /// file, or with only merges too large to make.
+        #[test]
+        fn settling_converges(mut files in arbitrary_partition()) {
+            let options = options();
+            let mut next_id = 1000;
+            for _ in 0..200 {
+                let refs: Vec<&FileEntry> = files.iter().collect();
+                let Some(range) = plan_partition(&refs, &options, true) else { break };
+                prop_assert!(range.len() >= 2 && range.end <= files.len());
+                let inputs: Vec<FileEntry> = files[range.clone()].to_vec();
+                let bytes: u64 = inputs.iter().map(|f| f.bytes).sum();
+                let memory: u64 = inputs.iter().map(|f| f.memory_bytes()).sum();
+                prop_assert!(memory <= options.max_merge_bytes);
+                let lo = inputs.iter().map(|f| f.min_time_ns).min().unwrap();
+                let hi = inputs.iter().map(|f| f.max_time_ns).max().unwrap();
+                let generation = inputs.iter().map(|f| f.generation).max().unwrap() + 1;
+                // the merge's output: non-overlapping pieces of about the target size
+                let pieces = bytes.div_ceil(options.target_file_bytes).max(1) as i64;
+                let span = (hi - lo + 1).max(1);
+                let outputs: Vec<FileEntry> = (0..pieces)
+                    .filter_map(|k| {
+                        let a = lo + span * k / pieces;
+                        let b = lo + span * (k + 1) / pieces - 1;
+                        (a <= b).then(|| {
+                            next_id += 1;
+                            file(next_id, (a, b), bytes / pieces as u64, generation)
+                        })
+                    })
+                    .collect();
+                files.splice(range, outputs);
+            }
+            let refs: Vec<&FileEntry> = files.iter().collect();
+            prop_assert_eq!(plan_partition(&refs, &options, true), None, "settling did not converge");
+        }
+    }
+}

@@ -1,0 +1,72 @@
+"""What the server benchmarks share: the release binaries, a server started on a data directory
+with settings as QUIVER_* variables (result cache off, automatic persistence effectively off),
+and timed queries over HTTP JSON (median of N runs after one warm-up)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+# Release binaries: $CARGO_TARGET_DIR/release, else target/release.
+RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+ADDR = "127.0.0.1:18089"
+URL = f"http://{ADDR}"
+
+
+def query(db: str, sql: str) -> list[dict]:
+    r = requests.get(f"{URL}/api/v3/query_sql", params={"db": db, "q": sql, "format": "json"})
+    r.raise_for_status()
+    return r.json()
+
+
+def timed(db: str, sql: str, runs: int) -> float:
+    """Median milliseconds of `runs` runs after one warm-up run."""
+    query(db, sql)
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        query(db, sql)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e3
+
+
+def start(data_dir: str, **settings: str) -> subprocess.Popen:
+    """A release server on `data_dir` (result cache off, persisting only when asked), with
+    `settings` as QUIVER_* variables."""
+    env = dict(os.environ,
+               QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
+               QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
+               QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
+               QUIVER_CACHE_ENABLED="false",
+               QUIVER_LOG_FILTER="warn",
+               **{f"QUIVER_{k.upper()}": v for k, v in settings.items()})
+    server = subprocess.Popen(
+        [RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR], env=env)
+    for _ in range(100):
+        try:
+            if requests.get(f"{URL}/health").ok:
+                return server
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    raise RuntimeError("the server did not start")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait()
+
+
+def timed_on(data_dir: str, db: str, queries: dict[str, str], runs: int,
+             **settings: str) -> dict:
+    """Each query's median time on a server started on `data_dir` with `settings`."""
+    server = start(data_dir, **settings)
+    try:
+        return {name: timed(db, sql, runs) for name, sql in queries.items()}
+    finally:
+        stop(server)

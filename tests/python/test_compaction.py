@@ -1,0 +1,130 @@
+"""Compaction, seen from outside: many persists of overlapping data leave many files; a
+compaction (``POST /api/v3/compact``, or the background compactor once a partition is idle)
+merges them into sorted, deduplicated files that do not overlap, and every answer stays the
+same, before and after a restart. Queries over the compacted partition have no deduplicating
+merge in their plan. Bad requests get clear errors and change nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import requests
+
+from conftest import SpawnedServer
+from quiver_testlib import query_json, write_lp
+
+DB = "compact"
+Spawn = Callable[..., SpawnedServer]
+PERSISTS = 6
+
+QUERIES = [
+    "SELECT count(*) AS n FROM cpu",
+    "SELECT host, min(usage) AS lo, max(usage) AS hi, sum(load) AS l FROM cpu GROUP BY host ORDER BY host",
+    "SELECT time, usage FROM cpu WHERE host = 'h3' ORDER BY time",
+    "SELECT host, usage FROM cpu WHERE time = '1970-01-01T00:10:00Z' ORDER BY host",
+]
+
+
+def load(server: SpawnedServer) -> None:
+    """PERSISTS persisted files over the same hour: each rewrites every point's usage (later
+    writes win) and some add points, so the files overlap in time."""
+    for part in range(PERSISTS):
+        lines = "".join(
+            f"cpu,host=h{i % 10} usage={part * 1000 + i}.5,load={i}i {i * 10**9}\n"
+            for i in range(1000 + part * 100))
+        assert write_lp(server.http_url, DB, lines).status_code == 204
+        response = requests.post(f"{server.http_url}/api/v3/persist", timeout=60)
+        assert response.status_code == 200, response.text
+
+
+def storage(server: SpawnedServer) -> dict[str, Any]:
+    response = requests.get(f"{server.http_url}/api/v3/storage", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["compaction"]
+
+
+def answers(server: SpawnedServer) -> list[list[dict[str, Any]]]:
+    return [query_json(server.http_url, DB, sql) for sql in QUERIES]
+
+
+def plan(server: SpawnedServer, sql: str) -> str:
+    return "\n".join(str(row) for row in query_json(server.http_url, DB, f"EXPLAIN {sql}"))
+
+
+def parquet_files(data_dir: Path) -> list[Path]:
+    return sorted(data_dir.rglob("*.parquet"))
+
+
+def test_compact_merges_overlapping_files_and_answers_the_same(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    env = {"QUIVER_COMPACTION_ENABLED": "false"}
+    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path, env=env)
+    load(server)
+    before = answers(server)
+    assert before[0] == [{"n": 1000 + (PERSISTS - 1) * 100}], before[0]
+    layout = storage(server)
+    assert layout["files"] == PERSISTS and layout["max_files_per_partition"] == PERSISTS, layout
+    assert "DeduplicateExec" in plan(server, QUERIES[1])
+
+    response = requests.post(f"{server.http_url}/api/v3/compact", params={"db": DB}, timeout=60)
+    assert response.status_code == 200, response.text
+    done = response.json()
+    assert done["compactions"] >= 1 and done["files_in"] == PERSISTS, done
+    assert done["rows_out"] == 1000 + (PERSISTS - 1) * 100, done
+    layout = storage(server)
+    assert layout["files"] == 1 and layout["max_files_per_partition"] == 1, layout
+    assert layout["files_deleted"] == PERSISTS and layout["files_awaiting_deletion"] == 0, layout
+    assert len(parquet_files(tmp_path / "data")) == 1
+    assert answers(server) == before
+    assert "DeduplicateExec" not in plan(server, QUERIES[1])
+
+    # nothing left to do: a second request merges nothing
+    again = requests.post(f"{server.http_url}/api/v3/compact", params={"db": DB, "table": "cpu"},
+                          timeout=60)
+    assert again.status_code == 200 and again.json()["compactions"] == 0, again.text
+
+    assert server.stop() == 0
+    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path, env=env)
+    assert answers(server) == before
+    assert storage(server)["files"] == 1
+
+
+def test_compact_rejects_bad_requests_and_keeps_the_data(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path)
+    load(server)
+    before = answers(server)
+    url = f"{server.http_url}/api/v3/compact"
+    cases = [
+        ({"db": "missing"}, 404, 'database "missing" does not exist'),
+        ({"db": DB, "table": "missing"}, 404, 'table "missing" in database "compact"'),
+        ({"table": "cpu"}, 400, "table needs db"),
+        ({"db": DB, "tabel": "cpu"}, 400, 'unknown parameter "tabel"'),
+        ({"db": "x" * 2000}, 400, "invalid database name"),
+    ]
+    for params, status, message in cases:
+        response = requests.post(url, params=params, timeout=30)
+        assert response.status_code == status, (params, response.text)
+        assert message in response.json()["error"], (params, response.text)
+    assert requests.get(url, timeout=10).status_code == 405
+    assert answers(server) == before
+    assert storage(server)["failures"] == 0
+
+
+def test_background_compaction_settles_an_idle_partition(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    env = {"QUIVER_COMPACTION_IDLE_SECS": "1"}
+    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path, env=env)
+    load(server)
+    before = answers(server)
+    deadline = time.monotonic() + 30
+    while storage(server)["max_files_per_partition"] > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    layout = storage(server)
+    assert layout["max_files_per_partition"] == 1, layout
+    assert layout["compactions"] >= 1 and layout["failures"] == 0, layout
+    assert answers(server) == before
+    assert "compacted files" in server.log()
