@@ -26,7 +26,7 @@ import time
 
 import requests
 
-from benchlib import URL, start, stop, timed
+from benchlib import URL, query, start, stop, timed
 
 T0 = 1_795_478_400 * 10**9  # 2026-11-24T00:00:00Z: every row in one day partition
 QUERIES = {
@@ -57,6 +57,10 @@ def persist(session: requests.Session) -> None:
 
 def layout() -> dict:
     return requests.get(f"{URL}/api/v3/storage").json()["compaction"]
+
+
+def chunk_misses() -> int:
+    return requests.get(f"{URL}/api/v3/storage").json()["chunk_cache"]["misses"]
 
 
 def times(db: str, runs: int) -> dict[str, float]:
@@ -96,7 +100,12 @@ def main() -> None:
             persist(session)
             results["single file"] = (1, times("single", args.runs))
             files = layout()["max_files_per_partition"]
+            before = chunk_misses()
+            for sql in QUERIES.values():
+                query("many", sql)
+            warm = chunk_misses()
             results["no compaction"] = (files, times("many", args.runs))
+            misses = (warm - before, chunk_misses() - warm)
         finally:
             stop(server)
         server = start(data_dir, compaction_idle_secs=str(86_400))
@@ -115,7 +124,9 @@ def main() -> None:
     print(f"{args.persists} persists of {args.points * 100} rows ({rows} rows) in "
           f"{load_secs:.1f} s; background tiers: {tiers['compactions']} merges, "
           f"{tiers['bytes_out'] / 2**20:.1f} MiB written; settling: {done['compactions']} "
-          f"merges of {done['files_in']} files in {compact_secs:.2f} s")
+          f"merges of {done['files_in']} files in {compact_secs:.2f} s; chunk cache misses "
+          f"over {files} files: {misses[0]} in the first run of each query, {misses[1]} in "
+          f"the {args.runs + 1} runs after it")
     single = results["single file"][1]
     names = list(QUERIES)
     print("| layout | files in the partition | " + " | ".join(f"{n} (ms)" for n in names)

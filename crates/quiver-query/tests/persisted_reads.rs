@@ -369,3 +369,85 @@ async fn compaction_removes_the_deduplicating_merge_and_waits_for_running_scans(
     assert_eq!(rows(&engine(&store), sql).await.unwrap(), before);
     store.close();
 }
+
+#[tokio::test]
+async fn an_unreadable_file_is_quarantined_and_the_rest_is_compacted() {
+    const DAY: i64 = 24 * HOUR;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    let queries = engine(&store);
+    // two days, three overlapping persists each
+    for round in 0..3i64 {
+        let lines: String = (0..500i64)
+            .flat_map(|i| {
+                [0, DAY].map(|day| {
+                    format!(
+                        "cpu,host=h{} usage={} {}\n",
+                        i % 5,
+                        round * 1000 + i,
+                        day + i * 1_000_000_000
+                    )
+                })
+            })
+            .collect();
+        write(&store, &lines).await;
+        store.persist_now().unwrap();
+    }
+    let files =
+        |catalog: &quiver_storage::CatalogState, day: i64| -> Vec<quiver_storage::FileEntry> {
+            catalog.databases["db"].tables["cpu"]
+                .files
+                .iter()
+                .filter(|f| f.partition_start_ns == day)
+                .cloned()
+                .collect()
+        };
+    let catalog = store.catalog().unwrap();
+    let damaged = files(&catalog, 0)[0].clone();
+    std::fs::write(dir.path().join(&damaged.path), b"not a parquet file at all").unwrap();
+
+    let summary = store.compact_now(CompactionScope::default()).unwrap();
+    assert_eq!(
+        summary.compactions, 2,
+        "both days' other files merged: {summary:?}"
+    );
+    let stats = store.compaction_stats().unwrap();
+    assert_eq!(stats.quarantined_files.len(), 1, "{stats:?}");
+    assert!(
+        stats.quarantined_files[0].contains(&damaged.path),
+        "{stats:?}"
+    );
+    assert_eq!(stats.failures, 1, "{stats:?}");
+    let catalog = store.catalog().unwrap();
+    let day0 = files(&catalog, 0);
+    assert_eq!(
+        day0[0].id, damaged.id,
+        "the damaged file keeps its place: {day0:?}"
+    );
+    // the two files after it are merged (cut by the 4 KiB target), the other day's three too
+    for merged in [&day0[1..], &files(&catalog, DAY)[..]] {
+        assert!(merged.iter().all(|f| f.generation == 1), "{merged:?}");
+        assert_eq!(
+            merged.iter().map(|f| f.rows).sum::<u64>(),
+            500,
+            "{merged:?}"
+        );
+        for pair in merged.windows(2) {
+            assert!(pair[0].max_time_ns < pair[1].min_time_ns, "{merged:?}");
+        }
+    }
+
+    // the quarantined file is not tried again
+    let again = store.compact_now(CompactionScope::default()).unwrap();
+    assert_eq!(again.compactions, 0, "{again:?}");
+    assert_eq!(store.compaction_stats().unwrap().failures, 1);
+    // the other day answers; the damaged day is an error, not a wrong answer
+    let day1 = rows(
+        &queries,
+        "SELECT count(*) AS n, max(usage) AS hi FROM cpu WHERE time >= '1970-01-02T00:00:00Z'",
+    )
+    .await;
+    assert_eq!(day1.unwrap(), vec!["n=500 hi=2499.0".to_string()]);
+    assert!(rows(&queries, "SELECT count(*) FROM cpu").await.is_err());
+    store.close();
+}

@@ -201,9 +201,10 @@ impl Persister {
             let Some(merge) = self.next_merge(scope, settle_all) else {
                 break;
             };
-            let done = self.merge(&merge)?;
+            if let Some(done) = self.merge(&merge)? {
+                summary.add(&done);
+            }
             drop(one_at_a_time);
-            summary.add(&done);
         }
         self.compactor.delete_unread(&self.chunk_cache);
         Ok(summary)
@@ -217,9 +218,9 @@ impl Persister {
         })
     }
 
-    /// Runs one merge and counts it (a failure is retried later; an unreadable input is
-    /// quarantined).
-    fn merge(&self, merge: &Merge) -> Result<CompactionSummary, StorageError> {
+    /// Runs one merge and counts it. A failure is an error (retried later), except an
+    /// unreadable input: it is quarantined and `None` says the rest goes on without it.
+    fn merge(&self, merge: &Merge) -> Result<Option<CompactionSummary>, StorageError> {
         let started = Instant::now();
         match self.try_merge(merge) {
             Ok(done) => {
@@ -235,12 +236,15 @@ impl Persister {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "compacted files"
                 );
-                Ok(done)
+                Ok(Some(done))
             }
             Err(failure) => {
                 self.compactor
                     .record_failure(&failure.error, failure.unreadable.as_ref());
-                Err(failure.error)
+                match failure.unreadable {
+                    Some(_) => Ok(None),
+                    None => Err(failure.error),
+                }
             }
         }
     }
