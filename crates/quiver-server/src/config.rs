@@ -366,6 +366,7 @@ mod tests {
             "compaction_target_file_bytes",
             "compaction_fanout",
             "compaction_idle_secs",
+            "compaction_max_small_files",
             "compaction_max_merge_bytes",
             "cache_enabled",
             "cache_capacity_bytes",

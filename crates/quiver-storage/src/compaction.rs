@@ -59,6 +59,11 @@ pub struct CompactionOptions {
     /// A partition that received no new file for this long (whole seconds) is settled.
     #[serde(rename = "compaction_idle_secs", with = "quiver_model::settings::secs")]
     pub idle: Duration,
+    /// A partition with more small files than this merges some of them even before a tier
+    /// is complete or the partition is idle: the bound on files per partition while it is
+    /// written to (full files aside).
+    #[serde(rename = "compaction_max_small_files")]
+    pub max_small_files: usize,
     /// The most memory one merge's rows may take as Arrow arrays (a merge holds them, and at
     /// most one sorted copy, in memory): the files of one merge are chosen to fit.
     #[serde(rename = "compaction_max_merge_bytes")]
@@ -72,6 +77,7 @@ impl Default for CompactionOptions {
             target_file_bytes: 64 << 20,
             fanout: 8,
             idle: Duration::from_secs(120),
+            max_small_files: 10,
             max_merge_bytes: quiver_model::settings::share_of_memory(
                 32,
                 64 << 20,
@@ -95,6 +101,12 @@ impl CompactionOptions {
             return Err(format!(
                 "compaction_target_file_bytes must be at least 4096, got {}",
                 self.target_file_bytes
+            ));
+        }
+        if self.max_small_files < 2 {
+            return Err(format!(
+                "compaction_max_small_files must be at least 2, got {}",
+                self.max_small_files
             ));
         }
         if self.max_merge_bytes < 1 << 20 {
@@ -395,14 +407,44 @@ fn partitions(files: &[FileEntry]) -> Vec<(i64, Vec<&FileEntry>)> {
 }
 
 /// Which consecutive files of one partition (in write order) to merge now, if any: a tier of
-/// `fanout` small files of the lowest generation that has one, else, when `settle`, every
+/// `fanout` small files of the lowest generation that has one; else, when the partition has
+/// more than `max_small_files` small files, a shorter run of them; else, when `settle`, every
 /// small or overlapping file.
 pub(crate) fn plan_partition(
     files: &[&FileEntry],
     options: &CompactionOptions,
     settle: bool,
 ) -> Option<Range<usize>> {
-    tier(files, options).or_else(|| settle.then(|| settling(files, options)).flatten())
+    tier(files, options)
+        .or_else(|| crowded(files, options))
+        .or_else(|| settle.then(|| settling(files, options)).flatten())
+}
+
+/// When there are more small files than `max_small_files`: the lowest generation's first run
+/// of two or more consecutive small files of that generation, else the first run of small
+/// files of any generations.
+fn crowded(files: &[&FileEntry], options: &CompactionOptions) -> Option<Range<usize>> {
+    let small = files.iter().filter(|f| !options.is_full(f)).count();
+    if small <= options.max_small_files {
+        return None;
+    }
+    let mut runs: Vec<(u32, Range<usize>)> = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        if options.is_full(file) {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((generation, run)) if run.end == i && *generation == file.generation => {
+                run.end = i + 1;
+            }
+            _ => runs.push((file.generation, i..i + 1)),
+        }
+    }
+    runs.into_iter()
+        .filter(|(_, run)| run.len() >= 2)
+        .min_by_key(|(generation, run)| (*generation, run.start))
+        .and_then(|(_, run)| affordable(files, run, options))
+        .or_else(|| small_run(files, options))
 }
 
 /// The first run of `fanout` consecutive small files of one generation, lowest generation
@@ -469,6 +511,11 @@ fn settling(files: &[&FileEntry], options: &CompactionOptions) -> Option<Range<u
     }
     // too much at once: merge runs of small files only (overlaps with full files stay, and
     // queries deduplicate them)
+    small_run(files, options)
+}
+
+/// The first affordable run of two or more consecutive small files.
+fn small_run(files: &[&FileEntry], options: &CompactionOptions) -> Option<Range<usize>> {
     (0..files.len()).find_map(|start| {
         let end = (start..files.len())
             .find(|&i| options.is_full(files[i]))
@@ -615,6 +662,7 @@ mod tests {
             target_file_bytes: 64 * MIB,
             fanout: 4,
             idle: Duration::ZERO,
+            max_small_files: 6,
             max_merge_bytes: 128 * MIB,
         }
     }
@@ -663,6 +711,32 @@ mod tests {
             None,
             "full files that overlap nothing are settled"
         );
+    }
+
+    #[test]
+    fn crowded_partitions_merge_before_a_tier_is_complete() {
+        // generations 2, 1, 1, 1, 0, 0, 0: seven small files, no run of 4 (the fanout)
+        let generations = [2, 1, 1, 1, 0, 0, 0];
+        let files: Vec<FileEntry> = generations
+            .iter()
+            .enumerate()
+            .map(|(i, g)| file(i as u64, (i as i64, i as i64), MIB, *g))
+            .collect();
+        assert_eq!(
+            plan(&files, false),
+            Some(4..7),
+            "the lowest generation's run"
+        );
+        assert_eq!(
+            plan(&files[..6], false),
+            None,
+            "six small files are allowed"
+        );
+        // alternating generations: no run of one generation, so any run of small files
+        let alternating: Vec<FileEntry> = (0..7)
+            .map(|i| file(i, (i as i64, i as i64), MIB, (i % 2) as u32))
+            .collect();
+        assert_eq!(plan(&alternating, false), Some(0..7));
     }
 
     #[test]
@@ -764,6 +838,34 @@ mod tests {
     }
 
     proptest! {
+        /// Persists (small generation-0 files) arriving one by one, with tier and crowding
+        /// merges after each: the partition never holds more than `max_small_files` small
+        /// files once the merges are done.
+        #[test]
+        fn small_files_stay_bounded_while_written(sizes in prop::collection::vec(1u64..4000, 1..120)) {
+            let options = options();
+            let mut files: Vec<FileEntry> = Vec::new();
+            let mut next_id = 0;
+            for (t, kib) in sizes.into_iter().enumerate() {
+                next_id += 1;
+                files.push(file(next_id, (t as i64, t as i64), kib << 10, 0));
+                loop {
+                    let refs: Vec<&FileEntry> = files.iter().collect();
+                    let Some(range) = plan_partition(&refs, &options, false) else { break };
+                    let inputs = &files[range.clone()];
+                    let merged = file(
+                        { next_id += 1; next_id },
+                        (inputs[0].min_time_ns, inputs[inputs.len() - 1].max_time_ns),
+                        inputs.iter().map(|f| f.bytes).sum(),
+                        inputs.iter().map(|f| f.generation).max().unwrap() + 1,
+                    );
+                    files.splice(range, [merged]);
+                }
+                let small = files.iter().filter(|f| !options.is_full(f)).count();
+                prop_assert!(small <= options.max_small_files, "{small} small files");
+            }
+        }
+
         /// Plans are ranges of at least two files that a merge can afford, and repeating
         /// settle merges (simulated) ends with no two overlapping files and at most one small
         /// file, or with only merges too large to make.
