@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 import requests
 
-from conftest import SpawnedServer
+from conftest import DEFAULT_PORTS, SpawnedServer
 from quiver_testlib import query_json, write_lp
+from test_data_dir import ports_free
 
 DB = "compact"
 Spawn = Callable[..., SpawnedServer]
@@ -128,3 +130,39 @@ def test_background_compaction_settles_an_idle_partition(
     assert layout["compactions"] >= 1 and layout["failures"] == 0, layout
     assert answers(server) == before
     assert "compacted files" in server.log()
+
+
+def test_the_readme_serve_command_compacts_in_the_background(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """`quiver serve` with nothing but defaults (relative ./quiver-data, default ports and
+    compaction settings), kept writing past the point where compaction starts: after more
+    persists than `compaction_fanout`, the background compactor merges files without being
+    asked, the files on disk are exactly those the catalog names, and answers survive a
+    restart."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
+    cwd = tmp_path / "fresh"
+    cwd.mkdir()
+    server = spawn_quiver(cwd=cwd, default_ports=True)
+    for part in range(12):
+        lines = "".join(f"cpu,host=h{i % 10} usage={i}.5,load={part}i {(part * 1000 + i) * 10**9}\n"
+                        for i in range(1000))
+        assert write_lp(server.http_url, DB, lines).status_code == 204
+        response = requests.post(f"{server.http_url}/api/v3/persist", timeout=60)
+        assert response.status_code == 200, response.text
+    deadline = time.monotonic() + 30
+    while storage(server)["compactions"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    layout = storage(server)
+    assert layout["compactions"] >= 1 and layout["failures"] == 0, layout
+    assert layout["max_files_per_partition"] <= 10, layout
+    before = answers(server)
+    assert before[0] == [{"n": 12_000}], before[0]
+    data_dir = cwd / "quiver-data"
+    deadline = time.monotonic() + 10
+    while len(parquet_files(data_dir)) != layout["files"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(parquet_files(data_dir)) == storage(server)["files"]
+    assert server.stop() == 0, server.log()
+    server = spawn_quiver(cwd=cwd, default_ports=True)
+    assert answers(server) == before
