@@ -296,6 +296,29 @@ async fn compaction_removes_the_deduplicating_merge_and_waits_for_running_scans(
         filter_at > dedup_at,
         "the tag filter is not below the merge:\n{one_host}"
     );
+    // and EXPLAIN ANALYZE shows what it pruned: row groups of other hosts skipped by their
+    // statistics in the files being merged
+    let analyzed = rows(
+        &queries,
+        "EXPLAIN ANALYZE SELECT * FROM cpu WHERE host = 'h3'",
+    )
+    .await
+    .unwrap()
+    .join("\n");
+    assert!(analyzed.contains("DeduplicateExec"), "{analyzed}");
+    let pruned: Vec<(u64, u64)> = analyzed
+        .match_indices("row_groups_pruned_statistics=")
+        .filter_map(|(at, key)| {
+            let rest = &analyzed[at + key.len()..];
+            let (total, rest) = rest.split_once(" total → ")?;
+            let matched = rest.split(' ').next()?;
+            Some((total.parse().ok()?, matched.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        pruned.len() >= 3 && pruned.iter().all(|(total, matched)| matched < total),
+        "every merged file prunes row groups of other hosts: {pruned:?}\n{analyzed}"
+    );
     // a scan that started before the compaction holds its files
     let running = queries.execute("db", "SELECT * FROM cpu").await.unwrap();
     let files_before = parquet_files(dir.path());
