@@ -186,6 +186,21 @@ def write_lp(
     )
 
 
+def persist(base_url: str) -> dict[str, Any]:
+    """``POST /api/v3/persist`` (must succeed); returns what it wrote."""
+    response = requests.post(f"{base_url}/api/v3/persist", timeout=HTTP_TIMEOUT_S)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def storage_stats(base_url: str) -> dict[str, Any]:
+    """``GET /api/v3/storage`` (must succeed): WAL, persistence, compaction and chunk cache
+    counters."""
+    response = requests.get(f"{base_url}/api/v3/storage", timeout=HTTP_TIMEOUT_S)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 # --------------------------------------------------------------------------
 # Timestamps
 # --------------------------------------------------------------------------

@@ -10,10 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-import requests
-
 from conftest import SpawnedServer
-from quiver_testlib import query_json, write_lp
+from quiver_testlib import persist, query_json, storage_stats, write_lp
 
 DB = "chunks"
 Spawn = Callable[..., SpawnedServer]
@@ -33,14 +31,11 @@ def load(server: SpawnedServer) -> None:
             f"cpu,host=h{i % 20} usage={(i * 7) % 100}.5,load={i}i {part * 10**12 + i * 10**9}\n"
             for i in range(2000))
         assert write_lp(server.http_url, DB, lines).status_code == 204
-        response = requests.post(f"{server.http_url}/api/v3/persist", timeout=60)
-        assert response.status_code == 200, response.text
+        persist(server.http_url)
 
 
 def chunk_stats(server: SpawnedServer) -> dict[str, Any]:
-    response = requests.get(f"{server.http_url}/api/v3/storage", timeout=10)
-    assert response.status_code == 200, response.text
-    return response.json()["chunk_cache"]
+    return storage_stats(server.http_url)["chunk_cache"]
 
 
 def answers(server: SpawnedServer) -> list[list[dict[str, Any]]]:

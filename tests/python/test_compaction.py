@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from conftest import DEFAULT_PORTS, SpawnedServer
-from quiver_testlib import query_json, write_lp
+from quiver_testlib import persist, query_json, storage_stats, write_lp
 from test_data_dir import ports_free
 
 DB = "compact"
@@ -38,14 +38,11 @@ def load(server: SpawnedServer) -> None:
             f"cpu,host=h{i % 10} usage={part * 1000 + i}.5,load={i}i {i * 10**9}\n"
             for i in range(1000 + part * 100))
         assert write_lp(server.http_url, DB, lines).status_code == 204
-        response = requests.post(f"{server.http_url}/api/v3/persist", timeout=60)
-        assert response.status_code == 200, response.text
+        persist(server.http_url)
 
 
 def storage(server: SpawnedServer) -> dict[str, Any]:
-    response = requests.get(f"{server.http_url}/api/v3/storage", timeout=10)
-    assert response.status_code == 200, response.text
-    return response.json()["compaction"]
+    return storage_stats(server.http_url)["compaction"]
 
 
 def answers(server: SpawnedServer) -> list[list[dict[str, Any]]]:
@@ -148,8 +145,7 @@ def test_the_readme_serve_command_compacts_in_the_background(
         lines = "".join(f"cpu,host=h{i % 10} usage={i}.5,load={part}i {(part * 1000 + i) * 10**9}\n"
                         for i in range(1000))
         assert write_lp(server.http_url, DB, lines).status_code == 204
-        response = requests.post(f"{server.http_url}/api/v3/persist", timeout=60)
-        assert response.status_code == 200, response.text
+        persist(server.http_url)
     deadline = time.monotonic() + 30
     while storage(server)["compactions"] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -28,7 +28,7 @@ import pytest
 import requests
 
 from conftest import DEFAULT_PORTS, SpawnedServer
-from quiver_testlib import write_lp
+from quiver_testlib import persist as persist_now, write_lp
 
 DB = "metrics"
 DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
@@ -77,9 +77,7 @@ def flight_rows(server: SpawnedServer, statement: str, db: str = DB) -> list[tup
 
 
 def persist(server: SpawnedServer) -> dict[str, Any]:
-    response = requests.post(f"{server.http_url}/api/v3/persist", timeout=60)
-    assert response.status_code == 200, response.text
-    return response.json()
+    return persist_now(server.http_url)
 
 
 def write(server: SpawnedServer, lines: str = LINES, db: str = DB) -> None:
