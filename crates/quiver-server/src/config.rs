@@ -361,6 +361,7 @@ mod tests {
             "max_buffer_bytes",
             "partition_hours",
             "parquet_row_group_rows",
+            "persist_threads",
             "chunk_cache_bytes",
             "compaction_enabled",
             "compaction_target_file_bytes",

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,10 @@ pub struct PersistOptions {
     /// Rows per Parquet row group.
     #[serde(rename = "parquet_row_group_rows")]
     pub row_group_rows: usize,
+    /// Threads one persist writes tables on, each table's merge, sort and encoding on one of
+    /// them; 0 means one per core.
+    #[serde(rename = "persist_threads")]
+    pub threads: usize,
 }
 
 impl Default for PersistOptions {
@@ -61,6 +66,7 @@ impl Default for PersistOptions {
             max_age: Duration::from_secs(600),
             partition: Duration::from_secs(86_400),
             row_group_rows: 128 * 1024,
+            threads: 0,
         }
     }
 }
@@ -87,6 +93,14 @@ impl PersistOptions {
         Ok(())
     }
 
+    /// The threads a persist uses (`threads`, or one per core when 0).
+    pub(crate) fn thread_count(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
+
     pub(crate) fn partition_ns(&self) -> i64 {
         self.partition.as_nanos() as i64
     }
@@ -109,21 +123,21 @@ fn partition_label(start_ns: i64, partition_ns: i64) -> String {
 }
 
 /// Merges one table's frozen chunks and writes them as one Parquet file per time partition
-/// (fsynced, directory fsynced). File ids are taken from `next_file_id`.
+/// (fsynced, directory fsynced). File ids are taken from `next_file_id` (shared by the
+/// tables one persist writes at once).
 pub(crate) fn write_table_files(
     data_dir: &Path,
     table_dir: &str,
     frozen: &FrozenRows,
     options: &PersistOptions,
-    next_file_id: &mut u64,
+    next_file_id: &AtomicU64,
 ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
     let sorted = merge_chunks(&frozen.schema, frozen.chunks.iter())?;
     let partition_ns = options.partition_ns();
     split_by_partition(&sorted, partition_ns)?
         .into_iter()
         .map(|(start, rows)| {
-            let id = *next_file_id;
-            *next_file_id += 1;
+            let id = next_file_id.fetch_add(1, Ordering::Relaxed);
             let file = NewFile {
                 table_dir,
                 partition_start_ns: start,
@@ -132,6 +146,37 @@ pub(crate) fn write_table_files(
             };
             write_file(data_dir, &file, &rows, options)
         })
+        .collect()
+}
+
+/// Runs `work(i)` for every `i` in `0..count` on up to `threads` scoped threads (each takes
+/// the next index when it is done with one); returns the results in index order.
+pub(crate) fn in_parallel<T: Send>(
+    count: usize,
+    threads: usize,
+    work: impl Fn(usize) -> T + Sync,
+) -> Vec<T> {
+    let threads = threads.clamp(1, count.max(1));
+    if threads == 1 {
+        return (0..count).map(work).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let results: Vec<parking_lot::Mutex<Option<T>>> =
+        (0..count).map(|_| parking_lot::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    break;
+                }
+                *results[i].lock() = Some(work(i));
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().expect("every index was worked on"))
         .collect()
 }
 
@@ -307,6 +352,20 @@ mod tests {
             "1970-01-01T05"
         );
         assert_eq!(partition_label(-day, day), "1969-12-31");
+    }
+
+    #[test]
+    fn in_parallel_keeps_index_order_and_runs_everything_once() {
+        let calls = AtomicUsize::new(0);
+        for threads in [1, 2, 7] {
+            let results = in_parallel(50, threads, |i| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                i * i
+            });
+            assert_eq!(results, (0..50).map(|i| i * i).collect::<Vec<_>>());
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 150);
+        assert!(in_parallel(0, 4, |i| i).is_empty());
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!
 //! A persist freezes every table's live rows (a pointer swap per table, under the buffer's
 //! gate, so the frozen rows are exactly the writes up to one WAL sequence number), writes one
-//! Parquet file per table and partition, replaces the catalog atomically, swaps the files in
-//! for the frozen rows, and only then deletes the WAL segments the catalog now covers.
+//! Parquet file per table and partition (tables in parallel, `persist_threads`), replaces the
+//! catalog atomically, swaps the files in for the frozen rows, and only then deletes the WAL
+//! segments the catalog now covers.
 //!
 //! It also runs the merges the [`crate::compaction`] planner picks (a second background
 //! thread, or [`crate::Store::compact_now`]): the catalog has one writer at a time, so a merge
@@ -16,7 +17,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -510,7 +511,8 @@ impl Persister {
         frozen: &[(String, FrozenRows)],
         through_seq: u64,
     ) -> Result<Vec<Vec<Arc<ParquetFile>>>, StorageError> {
-        let mut written = Vec::with_capacity(frozen.len());
+        // the tables' catalog entries first (ids, versions, columns), in order
+        let mut table_dirs = Vec::with_capacity(frozen.len());
         for (database, rows) in frozen {
             let next_table_id = &mut state.next_table_id;
             let entry = state
@@ -535,15 +537,39 @@ impl Persister {
                 .iter()
                 .map(|(name, t)| ColumnEntry::new(name, *t))
                 .collect();
-            let files = persist::write_table_files(
+            table_dirs.push(format!("{database}/{}", entry.id));
+        }
+        // then their files, tables in parallel
+        let next_file_id = AtomicU64::new(state.next_file_id);
+        let results = persist::in_parallel(frozen.len(), self.options.thread_count(), |i| {
+            persist::write_table_files(
                 &self.data_dir,
-                &format!("{database}/{}", entry.id),
-                rows,
+                &table_dirs[i],
+                &frozen[i].1,
                 &self.options,
-                &mut state.next_file_id,
-            )?;
+                &next_file_id,
+            )
+        });
+        state.next_file_id = next_file_id.into_inner();
+        if let Some(failed) = results.iter().position(Result::is_err) {
+            // the other tables' files are named by no catalog: delete them now
+            for file in results.iter().flatten().flatten() {
+                let _ = std::fs::remove_file(&file.path);
+            }
+            return Err(results
+                .into_iter()
+                .nth(failed)
+                .and_then(Result::err)
+                .expect("an error at that index"));
+        }
+        let written: Vec<Vec<Arc<ParquetFile>>> = results.into_iter().flatten().collect();
+        for ((database, rows), files) in frozen.iter().zip(&written) {
+            let entry = state
+                .databases
+                .get_mut(database)
+                .and_then(|db| db.tables.get_mut(rows.table.name()))
+                .expect("created above");
             entry.files.extend(files.iter().map(|f| f.entry.clone()));
-            written.push(files);
         }
         state.persisted_through_seq = state.persisted_through_seq.max(through_seq);
         catalog::store(&self.data_dir, state)?;
