@@ -52,8 +52,8 @@ pub struct PersistOptions {
     /// Rows per Parquet row group.
     #[serde(rename = "parquet_row_group_rows")]
     pub row_group_rows: usize,
-    /// Threads one persist writes tables on, each table's merge, sort and encoding on one of
-    /// them; 0 means one per core.
+    /// Threads one persist writes tables and time partitions on (one table's merge and sort
+    /// run on one of them); 0 means one per core.
     #[serde(rename = "persist_threads")]
     pub threads: usize,
 }
@@ -123,30 +123,55 @@ fn partition_label(start_ns: i64, partition_ns: i64) -> String {
 }
 
 /// Merges one table's frozen chunks and writes them as one Parquet file per time partition
-/// (fsynced, directory fsynced). File ids are taken from `next_file_id` (shared by the
-/// tables one persist writes at once).
+/// (fsynced, directory fsynced), partitions on up to `threads` threads. File ids are taken
+/// from `next_file_id` (shared by the tables one persist writes at once). On failure no file
+/// it wrote stays.
 pub(crate) fn write_table_files(
     data_dir: &Path,
     table_dir: &str,
     frozen: &FrozenRows,
     options: &PersistOptions,
     next_file_id: &AtomicU64,
+    threads: usize,
 ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
     let sorted = merge_chunks(&frozen.schema, frozen.chunks.iter())?;
-    let partition_ns = options.partition_ns();
-    split_by_partition(&sorted, partition_ns)?
-        .into_iter()
-        .map(|(start, rows)| {
-            let id = next_file_id.fetch_add(1, Ordering::Relaxed);
-            let file = NewFile {
-                table_dir,
-                partition_start_ns: start,
-                id,
-                generation: 0,
-            };
-            write_file(data_dir, &file, &rows, options)
-        })
-        .collect()
+    let partitions = split_by_partition(&sorted, options.partition_ns())?;
+    drop(sorted);
+    let written = in_parallel(partitions.len(), threads, |k| {
+        let (start, rows) = &partitions[k];
+        let file = NewFile {
+            table_dir,
+            partition_start_ns: *start,
+            id: next_file_id.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+        };
+        write_file(data_dir, &file, rows, options).map(|written| vec![written])
+    });
+    Ok(all_or_none(written)?.into_iter().flatten().collect())
+}
+
+/// The files if every write succeeded; otherwise the first error, after deleting the files
+/// that were written (no catalog will name them).
+pub(crate) fn all_or_none<T: AsRef<[Arc<ParquetFile>]>>(
+    written: Vec<Result<T, StorageError>>,
+) -> Result<Vec<T>, StorageError> {
+    if written.iter().all(Result::is_ok) {
+        return Ok(written.into_iter().flatten().collect());
+    }
+    let mut first_error = None;
+    for result in written {
+        match result {
+            Ok(files) => {
+                for file in files.as_ref() {
+                    let _ = std::fs::remove_file(&file.path);
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.expect("one write failed"))
 }
 
 /// Runs `work(i)` for every `i` in `0..count` on up to `threads` scoped threads (each takes
@@ -366,6 +391,41 @@ mod tests {
         }
         assert_eq!(calls.load(Ordering::Relaxed), 150);
         assert!(in_parallel(0, 4, |i| i).is_empty());
+    }
+
+    #[test]
+    fn a_failed_write_leaves_none_of_the_others_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"x").unwrap();
+            Arc::new(ParquetFile {
+                entry: FileEntry {
+                    id: 1,
+                    path: name.into(),
+                    partition_start_ns: 0,
+                    min_time_ns: 0,
+                    max_time_ns: 0,
+                    rows: 1,
+                    bytes: 1,
+                    generation: 0,
+                    arrow_bytes: 1,
+                },
+                path,
+            })
+        };
+        let (a, b) = (file("a.parquet"), file("b.parquet"));
+        let failed = all_or_none(vec![
+            Ok(vec![a.clone()]),
+            Err(StorageError::Catalog("disk full".into())),
+            Ok(vec![b.clone()]),
+        ]);
+        assert!(failed.unwrap_err().to_string().contains("disk full"));
+        assert!(!a.path.exists() && !b.path.exists());
+        let c = file("c.parquet");
+        let written = all_or_none(vec![Ok(vec![c.clone()])]).unwrap();
+        assert_eq!(written, vec![vec![c.clone()]]);
+        assert!(c.path.exists());
     }
 
     #[test]

@@ -539,30 +539,23 @@ impl Persister {
                 .collect();
             table_dirs.push(format!("{database}/{}", entry.id));
         }
-        // then their files, tables in parallel
+        // then their files: tables in parallel, and partitions of a table in parallel with
+        // the threads the tables leave
+        let threads = self.options.thread_count();
+        let per_table = (threads / frozen.len().max(1)).max(1);
         let next_file_id = AtomicU64::new(state.next_file_id);
-        let results = persist::in_parallel(frozen.len(), self.options.thread_count(), |i| {
+        let results = persist::in_parallel(frozen.len(), threads, |i| {
             persist::write_table_files(
                 &self.data_dir,
                 &table_dirs[i],
                 &frozen[i].1,
                 &self.options,
                 &next_file_id,
+                per_table,
             )
         });
         state.next_file_id = next_file_id.into_inner();
-        if let Some(failed) = results.iter().position(Result::is_err) {
-            // the other tables' files are named by no catalog: delete them now
-            for file in results.iter().flatten().flatten() {
-                let _ = std::fs::remove_file(&file.path);
-            }
-            return Err(results
-                .into_iter()
-                .nth(failed)
-                .and_then(Result::err)
-                .expect("an error at that index"));
-        }
-        let written: Vec<Vec<Arc<ParquetFile>>> = results.into_iter().flatten().collect();
+        let written = persist::all_or_none(results)?;
         for ((database, rows), files) in frozen.iter().zip(&written) {
             let entry = state
                 .databases

@@ -47,10 +47,19 @@ impl Server {
     }
 
     /// Starts a server on `data_dir` (a fresh temporary one if `None`) and waits for `/health`.
+    ///
+    /// A port found free can be taken by another test before the server binds it; the server
+    /// is then started again on other ports (a few times).
     pub async fn start_in(data_dir: Option<&Path>, env: &[(&str, &str)]) -> Server {
-        let mut server = Server::spawn(data_dir, env);
-        server.wait_healthy().await;
-        server
+        for _ in 0..4 {
+            let mut server = Server::spawn(data_dir, env);
+            match server.started().await {
+                Ok(()) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("{log}"),
+            }
+        }
+        panic!("quiver could not bind free ports in 4 attempts");
     }
 
     /// Starts a server without waiting for it.
@@ -83,25 +92,26 @@ impl Server {
         }
     }
 
-    /// Polls `/health` until it answers 200; panics with the log if the server exits first.
-    pub async fn wait_healthy(&mut self) {
+    /// Polls `/health` until it answers 200; the reason and the log if the server exits
+    /// first or never gets healthy.
+    async fn started(&mut self) -> Result<(), String> {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
+                return Err(format!(
                     "quiver exited with {status} during startup:\n{}",
                     self.log()
-                );
+                ));
             }
             if let Ok(r) = client.get(format!("{}/health", self.url)).send().await {
                 if r.status() == 200 {
-                    return;
+                    return Ok(());
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("quiver did not become healthy:\n{}", self.log());
+        Err(format!("quiver did not become healthy:\n{}", self.log()))
     }
 
     /// Everything the server logged so far.
