@@ -193,6 +193,13 @@ def persist(base_url: str) -> dict[str, Any]:
     return response.json()
 
 
+def write_and_persist(base_url: str, db: str, lines: str) -> None:
+    """Writes line protocol (must be accepted) and persists it to Parquet at once."""
+    response = write_lp(base_url, db, lines)
+    assert response.status_code == 204, response.text
+    persist(base_url)
+
+
 def storage_stats(base_url: str) -> dict[str, Any]:
     """``GET /api/v3/storage`` (must succeed): WAL, persistence, compaction and chunk cache
     counters."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conftest import SpawnedServer
-from quiver_testlib import persist, query_json, storage_stats, write_lp
+from quiver_testlib import query_json, storage_stats, write_and_persist
 
 DB = "chunks"
 Spawn = Callable[..., SpawnedServer]
@@ -30,8 +30,7 @@ def load(server: SpawnedServer) -> None:
         lines = "".join(
             f"cpu,host=h{i % 20} usage={(i * 7) % 100}.5,load={i}i {part * 10**12 + i * 10**9}\n"
             for i in range(2000))
-        assert write_lp(server.http_url, DB, lines).status_code == 204
-        persist(server.http_url)
+        write_and_persist(server.http_url, DB, lines)
 
 
 def chunk_stats(server: SpawnedServer) -> dict[str, Any]:

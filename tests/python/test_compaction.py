@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from conftest import DEFAULT_PORTS, SpawnedServer
-from quiver_testlib import persist, query_json, storage_stats, write_lp
+from quiver_testlib import query_json, storage_stats, write_and_persist
 from test_data_dir import ports_free
 
 DB = "compact"
@@ -37,8 +37,7 @@ def load(server: SpawnedServer) -> None:
         lines = "".join(
             f"cpu,host=h{i % 10} usage={part * 1000 + i}.5,load={i}i {i * 10**9}\n"
             for i in range(1000 + part * 100))
-        assert write_lp(server.http_url, DB, lines).status_code == 204
-        persist(server.http_url)
+        write_and_persist(server.http_url, DB, lines)
 
 
 def storage(server: SpawnedServer) -> dict[str, Any]:
@@ -103,6 +102,7 @@ def test_compact_rejects_bad_requests_and_keeps_the_data(
         ({"table": "cpu"}, 400, "table needs db"),
         ({"db": DB, "tabel": "cpu"}, 400, 'unknown parameter "tabel"'),
         ({"db": "x" * 2000}, 400, "invalid database name"),
+        ({"db": DB, "table": "t" * 2000}, 400, "invalid table name"),
     ]
     for params, status, message in cases:
         response = requests.post(url, params=params, timeout=30)
@@ -144,8 +144,7 @@ def test_the_readme_serve_command_compacts_in_the_background(
     for part in range(12):
         lines = "".join(f"cpu,host=h{i % 10} usage={i}.5,load={part}i {(part * 1000 + i) * 10**9}\n"
                         for i in range(1000))
-        assert write_lp(server.http_url, DB, lines).status_code == 204
-        persist(server.http_url)
+        write_and_persist(server.http_url, DB, lines)
     deadline = time.monotonic() + 30
     while storage(server)["compactions"] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)

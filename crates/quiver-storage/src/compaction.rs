@@ -40,7 +40,7 @@ use crate::catalog::{FileEntry, TableEntry};
 use crate::chunk_cache::ChunkCache;
 use crate::dedup::sort_and_deduplicate;
 use crate::error::StorageError;
-use crate::table::{align_to_schema, schema_of, time_column, ParquetFile};
+use crate::table::{align_to_schema, rows_by_time, schema_of, time_column, ParquetFile};
 
 /// When and how files are compacted. The serde names are the server's configuration keys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,7 +219,10 @@ impl Merge {
 pub(crate) struct Compactor {
     pub(crate) options: CompactionOptions,
     stats: Mutex<CompactionStats>,
-    /// When a persist last added a file to `(table id, partition start)`.
+    /// When a persist last added a file to `(table id, partition start)`, for the partitions
+    /// that got one within the last `idle`: older entries are dropped (a partition without
+    /// an entry is idle once the store has run for `idle`, the same answer), so the map holds
+    /// only the partitions written to lately.
     last_change: Mutex<HashMap<(u64, i64), Instant>>,
     started: Instant,
     /// Replaced files, deleted once nothing else holds them.
@@ -248,9 +251,11 @@ impl Compactor {
     /// Notes that persists added files to these `(table id, partition start)` pairs.
     pub(crate) fn files_added(&self, partitions: impl IntoIterator<Item = (u64, i64)>) {
         let now = Instant::now();
-        self.last_change
-            .lock()
-            .extend(partitions.into_iter().map(|p| (p, now)));
+        let mut last_change = self.last_change.lock();
+        let idle = self.options.idle;
+        last_change.retain(|_, changed| changed.elapsed() < idle);
+        last_change.extend(partitions.into_iter().map(|p| (p, now)));
+        drop(last_change);
         self.wake.notify_one();
     }
 
@@ -623,16 +628,12 @@ pub(crate) fn time_cuts(
     // split across files)
     let mut starts: Vec<i64> = (1..pieces).map(|k| ordered[k * rows / pieces]).collect();
     starts.dedup();
-    let mut indices: Vec<Vec<u32>> = vec![Vec::new(); starts.len() + 1];
-    for (row, t) in times.iter().enumerate() {
-        indices[starts.partition_point(|s| s <= t)].push(row as u32);
-    }
-    let cuts: Vec<UInt32Array> = indices
-        .into_iter()
-        .filter(|rows| !rows.is_empty())
-        .map(UInt32Array::from)
-        .collect();
-    Ok(if cuts.len() > 1 { cuts } else { Vec::new() })
+    drop(ordered);
+    let cuts = rows_by_time(sorted, |t| starts.partition_point(|s| *s <= t) as i64)?;
+    Ok(match cuts.len() {
+        1 => Vec::new(),
+        _ => cuts.into_iter().map(|(_, rows)| rows).collect(),
+    })
 }
 
 /// The rows of one piece ([`time_cuts`]).
@@ -711,6 +712,19 @@ mod tests {
             None,
             "full files that overlap nothing are settled"
         );
+    }
+
+    #[test]
+    fn only_recently_written_partitions_are_remembered() {
+        let compactor = Compactor::new(CompactionOptions {
+            idle: Duration::from_millis(50),
+            ..options()
+        });
+        compactor.files_added([(1, 0), (1, 1)]);
+        std::thread::sleep(Duration::from_millis(60));
+        compactor.files_added([(2, 0)]);
+        let remembered: Vec<(u64, i64)> = compactor.last_change.lock().keys().copied().collect();
+        assert_eq!(remembered, vec![(2, 0)], "idle partitions are forgotten");
     }
 
     #[test]

@@ -394,6 +394,9 @@ impl Store {
             let db = self.database(name).ok_or_else(|| StorageError::NotFound {
                 what: format!("database {name:?}"),
             })?;
+            if let Some(table) = scope.table {
+                validate_table_name(table)?;
+            }
             if let Some(table) = scope.table.filter(|t| db.table(t).is_none()) {
                 return Err(StorageError::NotFound {
                     what: format!("table {table:?} in database {name:?}"),

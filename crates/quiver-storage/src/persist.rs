@@ -6,13 +6,13 @@
 //! the catalog names them; a file that no catalog names (the process died in between) is an
 //! orphan that [`remove_orphans`] deletes at startup.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{RecordBatch, UInt32Array};
+use arrow::array::RecordBatch;
 use arrow::compute::take_record_batch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
 use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
-use crate::table::{merge_chunks, time_column, time_range, FrozenRows, ParquetFile};
+use crate::table::{merge_chunks, rows_by_time, time_range, FrozenRows, ParquetFile};
 
 /// Directory (inside the data directory) that holds every table's Parquet files.
 pub const TABLES_DIR: &str = "tables";
@@ -264,19 +264,9 @@ fn split_by_partition(
         // the usual case: no per-row work
         return Ok(vec![(first, batch.clone())]);
     }
-    let mut rows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
-    for (i, t) in time_column(batch)?.values().iter().enumerate() {
-        rows.entry(partition_start(*t, partition_ns))
-            .or_default()
-            .push(i as u32);
-    }
-    rows.into_iter()
-        .map(|(start, indices)| {
-            Ok((
-                start,
-                take_record_batch(batch, &UInt32Array::from(indices))?,
-            ))
-        })
+    rows_by_time(batch, |t| partition_start(t, partition_ns))?
+        .into_iter()
+        .map(|(start, rows)| Ok((start, take_record_batch(batch, &rows)?)))
         .collect()
 }
 

@@ -570,8 +570,8 @@ impl Persister {
     }
 
     /// Stops the compactor (letting a running merge finish) and the persister thread (letting
-    /// a running persist finish), then the WAL's commit thread
-    /// after syncing what it holds, then releases the data directory's lock.
+    /// a running persist finish), then the WAL's commit thread after syncing what it holds,
+    /// then releases the data directory's lock.
     pub(crate) fn close(&self) {
         self.compactor.shut_down();
         if let Some(thread) = self.compactor_thread.lock().take() {

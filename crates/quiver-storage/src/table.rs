@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, TimestampNanosecondArray};
+use arrow::array::{
+    new_null_array, Array, ArrayRef, RecordBatch, TimestampNanosecondArray, UInt32Array,
+};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::error::ArrowError;
 use parking_lot::RwLock;
@@ -307,6 +309,23 @@ pub(crate) fn time_range(batches: &[RecordBatch]) -> Option<(i64, i64)> {
         }
     }
     range
+}
+
+/// The row indices of `batch` grouped by `key` of each row's `time`, in key order; each group
+/// keeps the rows' order (so rows sorted by series then time stay sorted in every group). How
+/// a persist splits rows into time partitions and a compaction cuts them into files.
+pub(crate) fn rows_by_time(
+    batch: &RecordBatch,
+    key: impl Fn(i64) -> i64,
+) -> Result<Vec<(i64, UInt32Array)>, StorageError> {
+    let mut groups: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for (row, t) in time_column(batch)?.values().iter().enumerate() {
+        groups.entry(key(*t)).or_default().push(row as u32);
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(k, rows)| (k, UInt32Array::from(rows)))
+        .collect())
 }
 
 /// The `time` column of a table's batch, or an error naming the columns it has instead.
