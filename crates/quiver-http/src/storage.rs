@@ -100,15 +100,8 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
             "buffered_bytes": p.buffered_bytes,
         })
     });
-    let chunks = state.store.chunk_cache().stats();
-    let chunk_cache = json!({
-        "hits": chunks.hits,
-        "misses": chunks.misses,
-        "evictions": chunks.evictions,
-        "bytes": chunks.bytes,
-        "entries": chunks.entries,
-        "capacity_bytes": chunks.capacity_bytes,
-    });
+    let chunk_cache =
+        serde_json::to_value(state.store.chunk_cache().stats()).expect("counters serialize");
     let compaction = state
         .store
         .compaction_stats()

@@ -191,6 +191,7 @@ impl Config {
             }
         }
         self.store.persist.validate().map_err(ConfigError)?;
+        self.store.compaction.validate().map_err(ConfigError)?;
         self.cache.validate().map_err(ConfigError)?;
         self.requests.validate().map_err(ConfigError)?;
         Ok(())
@@ -378,6 +379,35 @@ mod tests {
         ];
         expected.sort_unstable();
         assert_eq!(keys, expected);
+    }
+
+    #[test]
+    fn values_out_of_range_are_errors_naming_their_key() {
+        for (name, value, key) in [
+            ("QUIVER_PARTITION_HOURS", "0", "partition_hours"),
+            (
+                "QUIVER_PARQUET_ROW_GROUP_ROWS",
+                "0",
+                "parquet_row_group_rows",
+            ),
+            ("QUIVER_PERSIST_BUFFER_BYTES", "0", "persist_buffer_bytes"),
+            ("QUIVER_COMPACTION_FANOUT", "1", "compaction_fanout"),
+            (
+                "QUIVER_COMPACTION_MAX_SMALL_FILES",
+                "1",
+                "compaction_max_small_files",
+            ),
+            (
+                "QUIVER_COMPACTION_MAX_MERGE_BYTES",
+                "1000",
+                "compaction_max_merge_bytes",
+            ),
+        ] {
+            let err = Config::load(None, env(&[(name, value)]), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{name}={value}: {err}");
+        }
     }
 
     #[test]

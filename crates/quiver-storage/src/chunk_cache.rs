@@ -4,7 +4,7 @@
 //!
 //! Keys are a file's catalog path and a byte offset. Files are immutable and their names never
 //! reused, so an entry is never stale; a file that leaves the catalog (compaction, retention,
-//! a drop) is forgotten at once ([`ChunkCache::forget_file`]) to give its memory back. Whole
+//! a drop) is forgotten at once ([`ChunkCache::forget_files`]) to give its memory back. Whole
 //! column chunks are cached: a read of any part of a chunk (a page that a filter kept) is
 //! served from the whole chunk, so projections and filters share entries instead of
 //! bypassing the cache. Admission and eviction are moka's (TinyLFU, weighted by bytes).
@@ -45,7 +45,7 @@ impl Cached {
 }
 
 /// Counters and sizes of the chunk cache.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ChunkCacheStats {
     /// Lookups answered from the cache.
     pub hits: u64,
@@ -133,14 +133,19 @@ impl ChunkCache {
         self.keep(file, Some(offset), Cached::Chunk(bytes));
     }
 
-    /// Drops every entry of `file` (it left the catalog).
-    pub fn forget_file(&self, file: &str) {
+    /// Drops every entry of these files (they left the catalog). One call per batch of
+    /// deleted files: each call adds one predicate that the cache checks its entries against
+    /// until its housekeeping has applied it.
+    pub fn forget_files<'a>(&self, files: impl IntoIterator<Item = &'a str>) {
         if !self.enabled() {
             return;
         }
-        let file: Arc<str> = Arc::from(file);
+        let files: std::collections::HashSet<Arc<str>> = files.into_iter().map(Arc::from).collect();
+        if files.is_empty() {
+            return;
+        }
         self.entries
-            .invalidate_entries_if(move |key, _| key.file == file)
+            .invalidate_entries_if(move |key, _| files.contains(&key.file))
             .expect("invalidation closures are enabled");
     }
 
@@ -215,7 +220,7 @@ mod tests {
         cache.keep_chunk("a.parquet", 4, Bytes::from_static(b"a4"));
         cache.keep_chunk("a.parquet", 90, Bytes::from_static(b"a90"));
         cache.keep_chunk("b.parquet", 4, Bytes::from_static(b"b4"));
-        cache.forget_file("a.parquet");
+        cache.forget_files(["a.parquet"]);
         assert_eq!(cache.chunk("a.parquet", 4), None);
         assert_eq!(cache.chunk("a.parquet", 90), None);
         assert_eq!(cache.chunk("b.parquet", 4).unwrap(), "b4");

@@ -365,8 +365,8 @@ impl Compactor {
                     tracing::warn!(file = %file.path.display(), error = %e, "could not delete a compacted file")
                 }
             }
-            chunk_cache.forget_file(&file.entry.path);
         }
+        chunk_cache.forget_files(unread.iter().map(|f| f.entry.path.as_str()));
         self.stats.lock().files_deleted += unread.len() as u64;
         unread.len()
     }

@@ -77,18 +77,19 @@ impl PersistOptions {
         let secs = self.partition.as_secs();
         if secs == 0 || !secs.is_multiple_of(3600) || self.partition.subsec_nanos() != 0 {
             return Err(format!(
-                "partition must be a whole number of hours, got {:?}",
-                self.partition
+                "partition_hours must be a whole, positive number of hours, got {} hours",
+                self.partition.as_secs_f64() / 3600.0
             ));
         }
         if self.persist_bytes == 0 || self.max_buffer_bytes < self.persist_bytes {
             return Err(format!(
-                "max_buffer_bytes ({}) must be at least persist_bytes ({}), which must be positive",
+                "max_buffer_bytes ({}) must be at least persist_buffer_bytes ({}), which must be \
+                 positive",
                 self.max_buffer_bytes, self.persist_bytes
             ));
         }
         if self.row_group_rows == 0 {
-            return Err("row_group_rows must be positive".into());
+            return Err("parquet_row_group_rows must be positive".into());
         }
         Ok(())
     }
@@ -428,7 +429,7 @@ mod tests {
         assert!(bad_partition
             .validate()
             .unwrap_err()
-            .contains("whole number of hours"));
+            .contains("partition_hours must be a whole"));
         let bad_sizes = PersistOptions {
             persist_bytes: 10,
             max_buffer_bytes: 5,
