@@ -22,6 +22,14 @@ trait KeptKey: Any + Debug + Send + Sync {}
 impl<K: EncodingKey> KeptKey for K {}
 
 /// True if `kept` is `key` (of the same type and equal).
+/// Most encodings one entry keeps: a PostgreSQL client picks text or binary per column, so
+/// without a bound one answer could be kept in one encoding per combination.
+pub const MAX_ENCODINGS_PER_ENTRY: usize = 8;
+
+/// Bytes each kept encoding is charged beyond its own (its key and bookkeeping), so that
+/// encodings of empty answers count too.
+const ENCODING_OVERHEAD_BYTES: usize = 64;
+
 fn is_key<K: EncodingKey>(kept: &dyn KeptKey, key: &K) -> bool {
     (kept as &dyn Any).downcast_ref::<K>() == Some(key)
 }
@@ -77,8 +85,8 @@ impl CachedResult {
             .map(|(_, bytes)| bytes.clone())
     }
 
-    /// Keeps `bytes` as the encoding of `format` if the whole entry stays within `max_bytes`;
-    /// returns whether it was kept.
+    /// Keeps `bytes` as the encoding of `format` if the whole entry stays within `max_bytes`
+    /// and keeps fewer than [`MAX_ENCODINGS_PER_ENTRY`]; returns whether it was kept.
     pub(crate) fn add_encoding<K: EncodingKey>(
         &self,
         format: &K,
@@ -89,11 +97,15 @@ impl CachedResult {
         if encodings
             .iter()
             .any(|(kept, _)| is_key(kept.as_ref(), format))
+            || encodings.len() >= MAX_ENCODINGS_PER_ENTRY
         {
             return false;
         }
-        let encoded: usize = encodings.iter().map(|(_, b)| b.len()).sum();
-        if self.batch_bytes + encoded + bytes.len() > max_bytes {
+        let encoded: usize = encodings
+            .iter()
+            .map(|(_, b)| b.len() + ENCODING_OVERHEAD_BYTES)
+            .sum();
+        if self.batch_bytes + encoded + bytes.len() + ENCODING_OVERHEAD_BYTES > max_bytes {
             return false;
         }
         encodings.push((Box::new(format.clone()), bytes));
@@ -107,7 +119,7 @@ impl CachedResult {
                 .encodings
                 .read()
                 .iter()
-                .map(|(_, b)| b.len())
+                .map(|(_, b)| b.len() + ENCODING_OVERHEAD_BYTES)
                 .sum::<usize>()
     }
 

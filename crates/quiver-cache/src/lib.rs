@@ -25,6 +25,6 @@ mod service;
 mod stats;
 
 pub use config::CacheConfig;
-pub use entry::{CachedResult, EncodingKey};
+pub use entry::{CachedResult, EncodingKey, MAX_ENCODINGS_PER_ENTRY};
 pub use service::{Answer, AnswerBody, CachedAnswer, QueryRequest, QueryService, Verdict};
 pub use stats::CacheStats;

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::Fixture;
 use datafusion::common::ScalarValue;
-use quiver_cache::{AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict};
+use quiver_cache::{
+    AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict, MAX_ENCODINGS_PER_ENTRY,
+};
 use quiver_query::QueryParams;
 
 fn config() -> CacheConfig {
@@ -323,6 +325,24 @@ async fn encodings_are_kept_with_the_entry_and_counted_in_its_size() {
         "a key of another type never matches"
     );
     assert!(f.service.stats().bytes >= before + 10_000);
+    // a client asking for ever more encodings of one answer (even empty ones) gets a few kept
+    let with_one = f.service.stats().bytes;
+    for format in 0..20 {
+        f.service
+            .keep_encoding(&hit, &OtherProtocol(format), bytes::Bytes::new());
+    }
+    let kept = (0..20)
+        .filter(|&format| f.service.encoding(&hit, &OtherProtocol(format)).is_some())
+        .count();
+    assert_eq!(
+        kept,
+        MAX_ENCODINGS_PER_ENTRY - 1,
+        "one slot was taken by the JSON encoding"
+    );
+    assert!(
+        f.service.stats().bytes > with_one,
+        "empty encodings are charged too"
+    );
     assert_eq!(f.service.clear(), 1);
     assert_eq!(f.service.stats().entries, 0);
 }
