@@ -265,6 +265,7 @@ mod tests {
                 },
                 1,
             )],
+            retention_cutoffs: Vec::new(),
         })
     }
 

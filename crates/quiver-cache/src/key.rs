@@ -25,6 +25,9 @@ struct KeyParts {
     clock_bucket: Option<i64>,
     /// Every scanned table and the version the answer was computed at.
     versions: Vec<(ScannedTable, u64)>,
+    /// For each scanned table whose database has a retention period (in `versions`' order),
+    /// the oldest time visible to the answer: rows expire without a write.
+    retention_cutoffs: Vec<i64>,
 }
 
 /// The parts of a key, named (see [`CacheKey::new`]).
@@ -36,6 +39,7 @@ pub(crate) struct KeySpec<'a> {
     pub scope: &'a AccessScope,
     pub clock_bucket: Option<i64>,
     pub versions: Vec<(ScannedTable, u64)>,
+    pub retention_cutoffs: Vec<i64>,
 }
 
 impl CacheKey {
@@ -48,6 +52,7 @@ impl CacheKey {
             scope: spec.scope.clone(),
             clock_bucket: spec.clock_bucket,
             versions: spec.versions,
+            retention_cutoffs: spec.retention_cutoffs,
         }))
     }
 
@@ -79,5 +84,6 @@ impl CacheKey {
                 .iter()
                 .map(|(t, _)| t.database.len() + t.table.len() + 64)
                 .sum::<usize>()
+            + parts.retention_cutoffs.len() * 8
     }
 }

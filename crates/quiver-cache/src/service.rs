@@ -218,14 +218,22 @@ impl QueryService {
             (Cacheability::Never(_), _) | (Cacheability::ClockDependent, None) => {
                 return Lookup::Bypass(options)
             }
-            (Cacheability::Deterministic, _) => None,
+            (Cacheability::Deterministic, _) => {
+                // the instant retention periods are measured from, in the key and the scan
+                options.now = Some(Utc::now());
+                None
+            }
             (Cacheability::ClockDependent, Some(granularity)) => {
                 let (bucket, start) = clock_bucket(Utc::now(), granularity);
                 options.now = Some(start);
                 Some(bucket)
             }
         };
-        let Some(versions) = self.versions(&analysis.tables) else {
+        let now_ns = options
+            .now
+            .and_then(|now| now.timestamp_nanos_opt())
+            .unwrap_or(i64::MAX);
+        let Some((versions, retention_cutoffs)) = self.versions(&analysis.tables, now_ns) else {
             // A table is gone or was never there: let the engine say so.
             return Lookup::Bypass(options);
         };
@@ -237,6 +245,7 @@ impl QueryService {
             scope,
             clock_bucket,
             versions,
+            retention_cutoffs,
         });
         Lookup::Keyed(key, options)
     }
@@ -309,7 +318,10 @@ impl QueryService {
         let remember = sql.len() <= MAX_REMEMBERED_SQL_BYTES;
         let text_key = remember.then(|| format!("{database}\0{sql}"));
         if let Some(found) = text_key.as_ref().and_then(|k| self.analyses.get(k)) {
-            return Ok(found);
+            // a table it read may have been dropped since: analysed again, that is a 404
+            if found.tables.iter().all(|t| self.table(t).is_some()) {
+                return Ok(found);
+            }
         }
         let analysis = Arc::new(self.engine.analyze(database, sql).map_err(Arc::new)?);
         if let Some(text_key) = text_key {
@@ -318,20 +330,28 @@ impl QueryService {
         Ok(analysis)
     }
 
-    /// The current version of each table; `None` if one does not exist.
-    fn versions(&self, tables: &[ScannedTable]) -> Option<Vec<(ScannedTable, u64)>> {
-        tables
-            .iter()
-            .map(|t| self.current_version(t).map(|v| (t.clone(), v)))
-            .collect()
+    /// The current version of each table, and the retention cutoffs at `now_ns` of those
+    /// with a retention period; `None` if a table does not exist.
+    fn versions(&self, tables: &[ScannedTable], now_ns: i64) -> Option<KeyedVersions> {
+        let mut versions = Vec::with_capacity(tables.len());
+        let mut cutoffs = Vec::new();
+        for scanned in tables {
+            let table = self.table(scanned)?;
+            versions.push((scanned.clone(), table.version()));
+            cutoffs.extend(table.retention_cutoff_ns(now_ns));
+        }
+        Some((versions, cutoffs))
     }
 
     fn current_version(&self, table: &ScannedTable) -> Option<u64> {
+        self.table(table).map(|t| t.version())
+    }
+
+    fn table(&self, table: &ScannedTable) -> Option<Arc<Table>> {
         self.engine
             .store()
             .database(&table.database)?
             .table(&table.table)
-            .map(|t| t.version())
     }
 
     /// Waits for the running execution of `key`, or starts it.
@@ -478,6 +498,9 @@ fn clock_bucket(now: DateTime<Utc>, granularity: std::time::Duration) -> (i64, D
     let bucket = nanos.div_euclid(step);
     (bucket, DateTime::from_timestamp_nanos(bucket * step))
 }
+
+/// The scanned tables with their versions, and the retention cutoffs of those that have one.
+type KeyedVersions = (Vec<(ScannedTable, u64)>, Vec<i64>);
 
 /// Removes a table's old entries when a write is applied to it.
 struct ChangeListener(Weak<QueryService>);

@@ -454,6 +454,7 @@ fn classified_status(e: &(impl Classify + ?Sized)) -> Status {
             Status::invalid_argument(message)
         }
         ErrorKind::NotFound => Status::not_found(message),
+        ErrorKind::Conflict => Status::already_exists(message),
         ErrorKind::ResourcesExhausted | ErrorKind::Unavailable => Status::unavailable(message),
         ErrorKind::Internal => Status::internal(message),
     }

@@ -49,6 +49,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::LimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::ResourcesExhausted | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,

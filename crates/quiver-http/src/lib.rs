@@ -6,6 +6,7 @@
 
 mod body;
 mod cache;
+mod configure;
 mod error;
 pub mod format;
 mod query;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use axum::http::{header, HeaderName, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use quiver_cache::QueryService;
 use quiver_model::RequestLimits;
@@ -55,6 +56,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v3/compact", post(storage::compact))
         .route("/api/v3/storage", get(storage::stats))
         .route("/api/v3/cache", get(cache::stats).delete(cache::clear))
+        .route(
+            "/api/v3/configure/database",
+            get(configure::list_databases)
+                .post(configure::create_database)
+                .put(configure::update_database)
+                .delete(configure::delete_database),
+        )
+        .route("/api/v3/configure/table", delete(configure::delete_table))
         .fallback(not_found)
         .with_state(state)
 }

@@ -14,6 +14,8 @@ pub enum ErrorKind {
     NotFound,
     /// The request is larger than a configured bound on one request allows.
     TooLarge,
+    /// The request would create something that exists already (a database).
+    Conflict,
     /// The request would grow what the server holds past a configured limit (databases,
     /// tables, columns).
     LimitExceeded,

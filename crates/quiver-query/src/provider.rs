@@ -18,6 +18,10 @@
 //!   (see `Scan::series_filters`).
 //!
 //! Every filter is reported as `Inexact`, so DataFusion still applies all of them on top.
+//!
+//! Rows older than the database's retention period (measured from the query's start time,
+//! see [`quiver_storage::Table::retention_cutoff_ns`]) are invisible: the cutoff prunes like a
+//! `time >=` filter and, when some source holds older rows, filters the rows.
 
 use std::fmt;
 use std::sync::Arc;
@@ -139,6 +143,78 @@ impl TableProvider for QuiverTable {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let snapshot = self.table.snapshot().map_err(external)?;
+        let started = state
+            .execution_props()
+            .query_execution_start_time
+            .unwrap_or_else(chrono::Utc::now);
+        let cutoff = self
+            .table
+            .retention_cutoff_ns(started.timestamp_nanos_opt().unwrap_or(i64::MAX))
+            .filter(|&cutoff| oldest_time(&snapshot).is_some_and(|oldest| oldest < cutoff));
+        match cutoff {
+            None => self.scan_snapshot(state, &snapshot, projection, filters),
+            Some(cutoff) => self.scan_retained(state, &snapshot, (projection, filters), cutoff),
+        }
+    }
+}
+
+impl QuiverTable {
+    /// The scan of `snapshot` with only the rows at or after `cutoff` (the retention
+    /// period's start): `time` is read even if the query does not ask for it, filtered, and
+    /// projected away again.
+    fn scan_retained(
+        &self,
+        state: &dyn Session,
+        snapshot: &TableSnapshot,
+        (projection, filters): (Option<&Vec<usize>>, &[Expr]),
+        cutoff: i64,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let time = self.schema.index_of(TIME_COLUMN)?;
+        let mut wanted = projection
+            .cloned()
+            .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        let added_time = !wanted.contains(&time);
+        if added_time {
+            wanted.push(time);
+        }
+        let retained =
+            Expr::Column(datafusion::common::Column::from_name(TIME_COLUMN)).gt_eq(Expr::Literal(
+                ScalarValue::TimestampNanosecond(Some(cutoff), Some("UTC".into())),
+                None,
+            ));
+        let mut filters = filters.to_vec();
+        filters.push(retained.clone());
+        let input = self.scan_snapshot(state, snapshot, Some(&wanted), &filters)?;
+        let schema = DFSchema::try_from(input.schema().as_ref().clone())?;
+        let predicate = state.create_physical_expr(retained, &schema)?;
+        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, input)?);
+        if !added_time {
+            return Ok(filtered);
+        }
+        let output_schema = filtered.schema();
+        let columns = output_schema
+            .fields()
+            .iter()
+            .enumerate()
+            .take(wanted.len() - 1)
+            .map(|(i, f)| {
+                (
+                    Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>,
+                    f.name().clone(),
+                )
+            })
+            .collect::<Vec<_>>();
+        Ok(Arc::new(ProjectionExec::try_new(columns, filtered)?))
+    }
+
+    /// The plan reading `snapshot`'s files and buffer with `projection` and `filters`.
+    fn scan_snapshot(
+        &self,
+        state: &dyn Session,
+        snapshot: &TableSnapshot,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let projected = Arc::new(
             self.schema.project(
                 &projection
@@ -149,7 +225,7 @@ impl TableProvider for QuiverTable {
         let scan = Scan {
             state,
             chunk_cache: &self.chunk_cache,
-            snapshot: &snapshot,
+            snapshot,
             planned: &self.schema,
             projected: &projected,
             projection,
@@ -185,6 +261,13 @@ impl TableProvider for QuiverTable {
             _ => UnionExec::try_new(parts),
         }
     }
+}
+
+/// The smallest `time` the snapshot holds (files by their recorded range), if any.
+fn oldest_time(snapshot: &TableSnapshot) -> Option<i64> {
+    let files = snapshot.files.iter().map(|f| f.entry.min_time_ns);
+    let buffer = snapshot.buffer_time_range().map(|(lo, _)| lo);
+    files.chain(buffer).min()
 }
 
 /// Groups sources whose time ranges overlap (transitively); each group keeps write order.

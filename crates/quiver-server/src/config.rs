@@ -364,6 +364,7 @@ mod tests {
             "parquet_row_group_rows",
             "persist_threads",
             "chunk_cache_bytes",
+            "retention_period",
             "compaction_enabled",
             "compaction_target_file_bytes",
             "compaction_fanout",
@@ -415,6 +416,7 @@ mod tests {
         for (name, value, needle) in [
             ("QUIVER_LOG_FORMAT", "xml", "log_format"),
             ("QUIVER_WAL_RECOVERY", "maybe", "wal_recovery"),
+            ("QUIVER_RETENTION_PERIOD", "a month", "retention_period"),
             ("QUIVER_CACHE_TTL_SECS", "-5", "cache_ttl_secs"),
             ("QUIVER_WAL_FSYNC", "yes", "QUIVER_WAL_FSYNC"),
         ] {

@@ -1,8 +1,8 @@
 //! The write buffer's shared state: how many bytes are buffered, the gate under which durable
 //! writes are applied and the buffer is frozen (so a freeze covers whole writes up to one WAL
 //! sequence number), the signals between writers, the WAL's commit thread and the persister,
-//! and the listeners told about every applied write. The rows themselves live in each
-//! [`Table`].
+//! the listeners told about every applied write, and the drops applied but not yet in the
+//! catalog. The rows themselves live in each [`Table`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,12 +30,35 @@ pub(crate) struct Buffer {
     pub(crate) persist_bytes: usize,
     /// Told about every applied write.
     pub(crate) listeners: RwLock<Vec<Arc<dyn TableChangeListener>>>,
+    /// Drops applied to the buffer, with their WAL sequence numbers, that the catalog does
+    /// not show yet: the next persist covering them takes them out of the catalog.
+    pub(crate) pending_drops: Mutex<Vec<(u64, Dropped)>>,
+}
+
+/// What the WAL's commit thread makes visible once a record is durable.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// A write's rows.
+    Rows(PreparedRows),
+    /// Tables a drop took out of their database.
+    Drop(Dropped),
+}
+
+/// The drop of a table or of a whole database.
+#[derive(Debug)]
+pub(crate) struct Dropped {
+    /// The database.
+    pub(crate) database: String,
+    /// The table; `None`: the whole database.
+    pub(crate) table: Option<String>,
+    /// The tables taken out (none if the table or database had none).
+    pub(crate) tables: Vec<Arc<Table>>,
 }
 
 /// Something that wants to know when a table's rows change (a cache keyed by table versions).
 pub trait TableChangeListener: Send + Sync {
-    /// Called after a write was applied to `table` (its [`Table::version`] already bumped) and
-    /// before the write is acknowledged, on the thread applying writes: must be quick and must
+    /// Called after a write was applied to `table` or the table was dropped (its
+    /// [`Table::version`] already moved on) and before the write or drop is acknowledged, on the thread applying writes: must be quick and must
     /// not write to the store.
     fn table_changed(&self, table: &Table);
 }
@@ -65,6 +88,45 @@ impl Buffer {
             space: tokio::sync::Notify::new(),
             persist_bytes,
             listeners: RwLock::new(Vec::new()),
+            pending_drops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Applies a durable change (WAL sequence `seq`, 0 without a WAL).
+    pub(crate) fn apply_change(&self, seq: u64, change: Change) {
+        match change {
+            Change::Rows(rows) => self.apply(seq, rows),
+            Change::Drop(dropped) => self.apply_drop(seq, dropped),
+        }
+    }
+
+    /// Discards the dropped tables' buffered rows (after every write logged before the drop,
+    /// before every write logged after it), tells the change listeners, and leaves the drop
+    /// for the persister to take out of the catalog.
+    pub(crate) fn apply_drop(&self, seq: u64, dropped: Dropped) {
+        let mut applied = self.gate.lock();
+        let freed: usize = dropped.tables.iter().map(|t| t.discard()).sum();
+        applied.seq = applied.seq.max(seq);
+        let tables = dropped.tables.clone();
+        self.pending_drops.lock().push((seq, dropped));
+        drop(applied);
+        self.notify_listeners(tables.iter());
+        self.release(freed);
+    }
+
+    /// Gives back `bytes` of buffer space and wakes writers waiting for it.
+    pub(crate) fn release(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.space.notify_waiters();
+    }
+
+    /// Tells the change listeners that `tables` changed (their versions moved on).
+    pub(crate) fn notify_listeners<'a>(&self, tables: impl Iterator<Item = &'a Arc<Table>>) {
+        let listeners = self.listeners.read();
+        for table in tables {
+            for listener in listeners.iter() {
+                listener.table_changed(table);
+            }
         }
     }
 
@@ -76,13 +138,7 @@ impl Buffer {
         applied.seq = applied.seq.max(seq);
         applied.oldest.get_or_insert_with(Instant::now);
         drop(applied);
-        let listeners = self.listeners.read();
-        for table in rows.tables() {
-            for listener in listeners.iter() {
-                listener.table_changed(table);
-            }
-        }
-        drop(listeners);
+        self.notify_listeners(rows.tables());
         let total = self.bytes.fetch_add(added, Ordering::AcqRel) + added;
         if total >= self.persist_bytes {
             self.wake_persister();
@@ -99,8 +155,8 @@ impl Buffer {
 /// The WAL's commit thread makes durable writes visible through this.
 pub(crate) struct ApplyToTables(pub(crate) Arc<Buffer>);
 
-impl Apply<PreparedRows> for ApplyToTables {
-    fn apply(&mut self, seq: u64, rows: PreparedRows) {
-        self.0.apply(seq, rows);
+impl Apply<Change> for ApplyToTables {
+    fn apply(&mut self, seq: u64, change: Change) {
+        self.0.apply_change(seq, change);
     }
 }

@@ -12,6 +12,7 @@ use quiver_model::schema::{ColumnType, FieldType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
+use crate::retention::RetentionPeriod;
 
 /// The catalog file's name inside the data directory.
 pub const CATALOG_FILE: &str = "catalog.json";
@@ -38,6 +39,9 @@ pub struct CatalogState {
 /// One database in the catalog.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DatabaseEntry {
+    /// The database's own retention period; absent: the server-wide `retention_period`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_period: Option<RetentionPeriod>,
     /// Tables by name.
     pub tables: BTreeMap<String, TableEntry>,
 }

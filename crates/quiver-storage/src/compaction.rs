@@ -164,8 +164,11 @@ pub struct CompactionStats {
     pub failures: u64,
     /// The last failure, if the last attempt failed.
     pub last_error: Option<String>,
-    /// Replaced files deleted from disk.
+    /// Replaced files deleted from disk (after compaction, retention or a drop).
     pub files_deleted: u64,
+    /// Files taken out of the catalog because every row in them was past their database's
+    /// retention period.
+    pub expired_files: u64,
     /// Replaced files still read by a running query (deleted once it finishes).
     pub files_awaiting_deletion: usize,
     /// Files that could not be read: never merged, reported here and in the log.
@@ -177,6 +180,10 @@ pub struct CompactionStats {
     /// The most files any one partition has.
     pub max_files_per_partition: usize,
 }
+
+/// Whether the table of a database, name and catalog id still exists (a dropped table's
+/// files wait in the catalog until a persist takes them out, and are never merged).
+pub(crate) type TableExists<'a> = dyn Fn(&str, &str, u64) -> bool + 'a;
 
 /// Which tables a compaction request covers.
 #[derive(Debug, Clone, Copy, Default)]
@@ -286,12 +293,12 @@ impl Compactor {
         database: &str,
         tables: &std::collections::BTreeMap<String, TableEntry>,
         scope: CompactionScope<'_>,
-        settle_all: bool,
+        (settle_all, exists): (bool, &TableExists<'_>),
     ) -> Option<Merge> {
         let quarantined = self.quarantined.lock();
         let last_change = self.last_change.lock();
         for (name, table) in tables {
-            if !scope.covers(database, name) {
+            if !scope.covers(database, name) || !exists(database, name, table.id) {
                 continue;
             }
             for (start, files) in partitions(&table.files) {
@@ -325,6 +332,11 @@ impl Compactor {
         let mut stats = self.stats.lock();
         stats.done.add(done);
         stats.last_error = None;
+    }
+
+    /// Counts files deleted by retention.
+    pub(crate) fn record_expired(&self, files: usize) {
+        self.stats.lock().expired_files += files as u64;
     }
 
     /// Counts a failed merge; quarantines `unreadable` (a file that failed to read).

@@ -12,6 +12,7 @@ use quiver_model::schema::{ColumnType, DecodedTable, SchemaLookup};
 use crate::catalog::CatalogState;
 use crate::error::StorageError;
 use crate::limits::{validate_table_name, StoreLimits};
+use crate::retention::{RetentionCell, RetentionPeriod};
 use crate::table::{self, ParquetFile, PreparedRows, Table};
 
 /// What one write did.
@@ -23,20 +24,61 @@ pub struct WriteReceipt {
     pub sequence: Option<u64>,
 }
 
-/// A database: a named set of tables.
+/// A database: a named set of tables, and how long they keep their rows.
 pub struct Database {
     name: String,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
     limits: StoreLimits,
+    /// The database's own retention period; `None`: the server's default.
+    retention_setting: RwLock<Option<RetentionPeriod>>,
+    /// The period in force, shared with the tables.
+    retention: Arc<RetentionCell>,
 }
 
 impl Database {
-    pub(crate) fn new(name: String, limits: StoreLimits) -> Self {
+    /// An empty database; `retention` is its own setting (if any) and the server default.
+    pub(crate) fn new(
+        name: String,
+        limits: StoreLimits,
+        retention: (Option<RetentionPeriod>, RetentionPeriod),
+    ) -> Self {
+        let (setting, default) = retention;
         Database {
             name,
             tables: RwLock::new(BTreeMap::new()),
             limits,
+            retention_setting: RwLock::new(setting),
+            retention: Arc::new(RetentionCell::new(setting.unwrap_or(default))),
         }
+    }
+
+    /// The retention period in force: the database's own, else the server's default.
+    pub fn retention_period(&self) -> RetentionPeriod {
+        self.retention.get()
+    }
+
+    /// The database's own retention period, if it set one.
+    pub fn retention_setting(&self) -> Option<RetentionPeriod> {
+        *self.retention_setting.read()
+    }
+
+    /// Sets the database's own retention period (`None`: follow `default`); takes effect for
+    /// every query from now on.
+    pub(crate) fn set_retention(&self, setting: Option<RetentionPeriod>, default: RetentionPeriod) {
+        *self.retention_setting.write() = setting;
+        self.retention.set(setting.unwrap_or(default));
+    }
+
+    /// Takes `name` out of the database (queries and writes from now on do not find it).
+    pub(crate) fn remove_table(&self, name: &str) -> Option<Arc<Table>> {
+        self.tables.write().remove(name)
+    }
+
+    /// Takes every table out of the database.
+    pub(crate) fn remove_all_tables(&self) -> Vec<Arc<Table>> {
+        std::mem::take(&mut *self.tables.write())
+            .into_values()
+            .collect()
     }
 
     /// The database name.
@@ -75,7 +117,11 @@ impl Database {
                     Some(table) => table.clone(),
                     None => {
                         validate_table_name(&decoded.name)?;
-                        let table = Arc::new(Table::new(self.name.clone(), decoded.name.clone()));
+                        let table = Arc::new(Table::new(
+                            self.name.clone(),
+                            decoded.name.clone(),
+                            self.retention.clone(),
+                        ));
                         created.push(table.clone());
                         table
                     }
@@ -111,11 +157,16 @@ pub(crate) fn restore_databases(
     data_dir: &Path,
     state: &CatalogState,
     limits: &StoreLimits,
+    default_retention: RetentionPeriod,
 ) -> Result<(DatabaseMap, HashSet<PathBuf>), StorageError> {
     let mut databases = BTreeMap::new();
     let mut known = HashSet::new();
     for (name, entry) in &state.databases {
-        let db = Database::new(name.clone(), limits.clone());
+        let db = Database::new(
+            name.clone(),
+            limits.clone(),
+            (entry.retention_period, default_retention),
+        );
         for (table_name, table) in &entry.tables {
             let columns = table
                 .columns
@@ -143,8 +194,12 @@ pub(crate) fn restore_databases(
             db.tables.write().insert(
                 table_name.clone(),
                 Arc::new(Table::restore(
-                    name.clone(),
-                    table_name.clone(),
+                    (
+                        name.clone(),
+                        table_name.clone(),
+                        db.retention.clone(),
+                        table.id,
+                    ),
                     columns,
                     table.version,
                     files,

@@ -96,6 +96,20 @@ pub enum StorageError {
         /// What was asked for, e.g. `database "metrics"`.
         what: String,
     },
+    /// A database the request would create exists already.
+    #[error("{what} already exists")]
+    AlreadyExists {
+        /// What exists, e.g. `database "metrics"`.
+        what: String,
+    },
+    /// A retention period that is not a positive duration such as `30d`, or `none`.
+    #[error("invalid retention period {value:?}: {reason}")]
+    InvalidRetention {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The store was closed (the server is stopping): nothing more is written.
     #[error("the store is closed: the server is stopping")]
     Closed,
@@ -133,7 +147,9 @@ impl Classify for StorageError {
             StorageError::InvalidDatabaseName { .. }
             | StorageError::InvalidTableName { .. }
             | StorageError::SchemaConflict { .. }
-            | StorageError::UnsupportedColumn { .. } => ErrorKind::Invalid,
+            | StorageError::UnsupportedColumn { .. }
+            | StorageError::InvalidRetention { .. } => ErrorKind::Invalid,
+            StorageError::AlreadyExists { .. } => ErrorKind::Conflict,
             StorageError::NotFound { .. } => ErrorKind::NotFound,
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }

@@ -13,7 +13,14 @@
 //! It also runs the merges the [`crate::compaction`] planner picks (a second background
 //! thread, or [`crate::Store::compact_now`]): the catalog has one writer at a time, so a merge
 //! reserves its file ids and swaps its files in under the same lock a persist holds, and
-//! writes its files outside it.
+//! writes its files outside it. The same thread deletes files wholly past their database's
+//! retention period, and files that compaction, retention or a drop replaced once no query
+//! reads them.
+//!
+//! Drops reach the catalog with the first persist whose WAL position covers them (so a
+//! restart never replays a drop the catalog already shows, nor loses one it does not); their
+//! files are deleted once that catalog is durable. Database settings (retention) are written
+//! to the catalog directly, under the same one-writer lock.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -24,7 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use quiver_wal::Wal;
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Change, Dropped};
 use crate::catalog::{self, CatalogState, ColumnEntry, DataDirLock, FileEntry, TableEntry};
 use crate::chunk_cache::ChunkCache;
 use crate::compaction::{
@@ -34,7 +41,8 @@ use crate::compaction::{
 use crate::database::{Database, DatabaseMap};
 use crate::error::StorageError;
 use crate::persist::{self, NewFile, PersistOptions};
-use crate::table::{FrozenRows, ParquetFile, PreparedRows, Table};
+use crate::retention;
+use crate::table::{FrozenRows, ParquetFile, Table};
 
 /// What one persist did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,7 +105,7 @@ pub(crate) struct Persister {
     buffer: Arc<Buffer>,
     databases: Arc<RwLock<DatabaseMap>>,
     /// Set once the WAL has been replayed (the replay writes through the store).
-    wal: OnceLock<Wal<PreparedRows>>,
+    wal: OnceLock<Wal<Change>>,
 }
 
 impl Persister {
@@ -131,14 +139,14 @@ impl Persister {
     }
 
     /// Hands over the replayed WAL; from now on writes are logged to it.
-    pub(crate) fn set_wal(&self, wal: Wal<PreparedRows>) {
+    pub(crate) fn set_wal(&self, wal: Wal<Change>) {
         if self.wal.set(wal).is_err() {
             unreachable!("the WAL of a store is set once");
         }
     }
 
     /// The WAL, once replayed.
-    pub(crate) fn wal(&self) -> Option<&Wal<PreparedRows>> {
+    pub(crate) fn wal(&self) -> Option<&Wal<Change>> {
         self.wal.get()
     }
 
@@ -155,7 +163,8 @@ impl Persister {
         }
     }
 
-    /// Starts the background threads: the persister, and the compactor unless turned off.
+    /// Starts the background threads: the persister, and the maintainer (retention, file
+    /// deletion, and merges unless compaction is turned off).
     pub(crate) fn start(self: &Arc<Self>) -> Result<(), StorageError> {
         let persister = Arc::downgrade(self);
         let buffer = self.buffer.clone();
@@ -164,15 +173,13 @@ impl Persister {
             .spawn(move || run_persister(persister, buffer))
             .map_err(|e| StorageError::io(&self.data_dir, e))?;
         *self.thread.lock() = Some(handle);
-        if self.compactor.options.enabled {
-            let persister = Arc::downgrade(self);
-            let compactor = self.compactor.clone();
-            let handle = std::thread::Builder::new()
-                .name("quiver-compact".into())
-                .spawn(move || run_compactor(persister, compactor))
-                .map_err(|e| StorageError::io(&self.data_dir, e))?;
-            *self.compactor_thread.lock() = Some(handle);
-        }
+        let persister = Arc::downgrade(self);
+        let compactor = self.compactor.clone();
+        let handle = std::thread::Builder::new()
+            .name("quiver-maintain".into())
+            .spawn(move || run_maintainer(persister, compactor))
+            .map_err(|e| StorageError::io(&self.data_dir, e))?;
+        *self.compactor_thread.lock() = Some(handle);
         Ok(())
     }
 
@@ -184,6 +191,20 @@ impl Persister {
     /// The catalog as last written.
     pub(crate) fn catalog(&self) -> CatalogState {
         self.catalog.lock().clone()
+    }
+
+    /// One round of background upkeep: retention, then merges (if on), then deletions.
+    fn maintain(&self) -> Result<(), StorageError> {
+        let expired = self.expire(retention::now_ns())?;
+        if expired > 0 {
+            tracing::info!(files = expired, "deleted files past their retention period");
+        }
+        if self.compactor.options.enabled {
+            self.compact(CompactionScope::default(), false)?;
+        } else {
+            self.compactor.delete_unread(&self.chunk_cache);
+        }
+        Ok(())
     }
 
     /// Runs merges in `scope` until none is due, settling every partition when `settle_all`
@@ -211,11 +232,20 @@ impl Persister {
         Ok(summary)
     }
 
+    /// The next merge due among tables that still exist (a dropped table's files wait in
+    /// the catalog for the persist that takes them out).
     fn next_merge(&self, scope: CompactionScope<'_>, settle_all: bool) -> Option<Merge> {
         let catalog = self.catalog.lock();
+        let databases = self.databases.read();
+        let exists = |database: &str, table: &str, id: u64| {
+            databases
+                .get(database)
+                .and_then(|db| db.table(table))
+                .is_some_and(|t| t.catalog_id() == id)
+        };
         catalog.databases.iter().find_map(|(name, db)| {
             self.compactor
-                .next_merge(name, &db.tables, scope, settle_all)
+                .next_merge(name, &db.tables, scope, (settle_all, &exists))
         })
     }
 
@@ -285,7 +315,13 @@ impl Persister {
         drop(sorted);
         let result = result.and_then(|()| self.swap_in(merge, &written));
         match result {
-            Ok(replaced) => {
+            Ok(None) => {
+                for file in &written {
+                    let _ = std::fs::remove_file(&file.path);
+                }
+                Ok(CompactionSummary::default())
+            }
+            Ok(Some(replaced)) => {
                 self.compactor.retire(replaced);
                 Ok(CompactionSummary {
                     compactions: 1,
@@ -321,22 +357,33 @@ impl Persister {
 
     /// Replaces `merge`'s inputs by `merged` in the catalog (durably, atomically) and in the
     /// table; returns the replaced files.
+    /// `None` if the table was dropped meanwhile: then nothing changes.
     fn swap_in(
         &self,
         merge: &Merge,
         merged: &[Arc<ParquetFile>],
-    ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
+    ) -> Result<Option<Vec<Arc<ParquetFile>>>, StorageError> {
         let running = self.running.lock();
         if running.is_none() {
             return Err(StorageError::Closed);
         }
         let replaced: HashSet<u64> = merge.inputs.iter().map(|f| f.id).collect();
         let mut state = self.catalog.lock().clone();
+        let table = self
+            .databases
+            .read()
+            .get(&merge.database)
+            .and_then(|db| db.table(&merge.table))
+            .filter(|t| t.catalog_id() == merge.table_id);
         let entry = state
             .databases
             .get_mut(&merge.database)
             .and_then(|db| db.tables.get_mut(&merge.table))
-            .filter(|t| t.id == merge.table_id)
+            .filter(|t| t.id == merge.table_id);
+        let (Some(table), Some(entry)) = (table, entry) else {
+            return Ok(None);
+        };
+        let entry = Some(entry)
             .filter(|t| {
                 t.files.iter().filter(|f| replaced.contains(&f.id)).count() == replaced.len()
             })
@@ -350,12 +397,7 @@ impl Persister {
         entry.files = compaction::splice_merged(&entry.files, |f| f.id, &replaced, &entries).0;
         catalog::store(&self.data_dir, &state)?;
         *self.catalog.lock() = state;
-        let table = self
-            .databases
-            .read()
-            .get(&merge.database)
-            .and_then(|db| db.table(&merge.table));
-        Ok(table.map_or_else(Vec::new, |t| t.replace_files(&replaced, merged)))
+        Ok(Some(table.replace_files(&replaced, merged)))
     }
 
     /// Waits while the buffer holds `max_buffer_bytes` or more; fails at once if the last
@@ -390,20 +432,35 @@ impl Persister {
         if one_at_a_time.is_none() {
             return Err(StorageError::Closed);
         }
-        let (through_seq, frozen) = self.freeze_all();
+        let (through_seq, frozen, databases) = self.freeze_all();
+        let drops = self.take_pending_drops(through_seq);
         let mut state = self.catalog.lock().clone();
-        if frozen.is_empty() {
+        if frozen.is_empty() && drops.is_empty() {
             return Ok(PersistSummary {
                 through_seq: state.persisted_through_seq,
                 ..PersistSummary::default()
             });
         }
+        for (_, dropped) in &drops {
+            remove_dropped(&mut state, dropped);
+        }
+        // a database outlives its tables (a restart finds it even when they were dropped)
+        for name in databases {
+            state.databases.entry(name).or_default();
+        }
         match self.write_persisted(&mut state, &frozen, through_seq) {
-            Ok(files) => Ok(self.complete_persist(state, frozen, files)),
+            Ok(files) => {
+                let summary = self.complete_persist(state, frozen, files);
+                self.free_dropped(drops);
+                Ok(summary)
+            }
             Err(e) => {
-                for (_, rows) in &frozen {
-                    rows.table.abort_persist();
-                }
+                self.buffer.pending_drops.lock().splice(0..0, drops);
+                let freed: usize = frozen
+                    .iter()
+                    .map(|(_, rows)| rows.table.abort_persist())
+                    .sum();
+                self.buffer.release(freed);
                 self.buffer
                     .gate
                     .lock()
@@ -417,9 +474,100 @@ impl Persister {
         }
     }
 
-    /// Freezes every table's live rows; returns the WAL sequence number they cover.
-    fn freeze_all(&self) -> (u64, Vec<(String, FrozenRows)>) {
+    /// The applied drops the WAL position `through_seq` covers, oldest first.
+    fn take_pending_drops(&self, through_seq: u64) -> Vec<(u64, Dropped)> {
+        let mut pending = self.buffer.pending_drops.lock();
+        let (covered, later) = std::mem::take(&mut *pending)
+            .into_iter()
+            .partition(|(seq, _)| *seq <= through_seq);
+        *pending = later;
+        covered
+    }
+
+    /// Hands the files of dropped tables (now out of the durable catalog) to be deleted once
+    /// no query reads them, and deletes what is unread now.
+    fn free_dropped(&self, drops: Vec<(u64, Dropped)>) {
+        if drops.is_empty() {
+            return;
+        }
+        for (_, dropped) in drops {
+            for table in dropped.tables {
+                self.compactor.retire(table.take_files());
+            }
+        }
+        self.compactor.delete_unread(&self.chunk_cache);
+    }
+
+    /// Changes the catalog's database settings with `change` and stores it durably.
+    pub(crate) fn configure(
+        &self,
+        change: impl FnOnce(&mut CatalogState),
+    ) -> Result<(), StorageError> {
+        let running = self.running.lock();
+        if running.is_none() {
+            return Err(StorageError::Closed);
+        }
+        let mut state = self.catalog.lock().clone();
+        change(&mut state);
+        catalog::store(&self.data_dir, &state)?;
+        *self.catalog.lock() = state;
+        Ok(())
+    }
+
+    /// Deletes the files whose every row is past their database's retention period at
+    /// `now_ns` (from the catalog, durably, then from the tables); returns how many.
+    pub(crate) fn expire(&self, now_ns: i64) -> Result<usize, StorageError> {
+        let _no_merge_meanwhile = self.merging.lock();
+        let running = self.running.lock();
+        if running.is_none() {
+            return Err(StorageError::Closed);
+        }
         let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
+        let mut state = self.catalog.lock().clone();
+        let mut expired: Vec<(Arc<Table>, HashSet<u64>)> = Vec::new();
+        for db in databases {
+            let Some(cutoff) = db.retention_period().cutoff_ns(now_ns) else {
+                continue;
+            };
+            let Some(entry) = state.databases.get_mut(db.name()) else {
+                continue;
+            };
+            for (name, table) in entry.tables.iter_mut() {
+                let ids: HashSet<u64> = retention::expired_files(&table.files, cutoff)
+                    .into_iter()
+                    .collect();
+                if ids.is_empty() {
+                    continue;
+                }
+                table.files.retain(|f| !ids.contains(&f.id));
+                if let Some(live) = db.table(name) {
+                    expired.push((live, ids));
+                }
+            }
+        }
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        catalog::store(&self.data_dir, &state)?;
+        *self.catalog.lock() = state;
+        drop(running);
+        let mut count = 0;
+        for (table, ids) in &expired {
+            count += ids.len();
+            self.compactor.retire(table.remove_expired_files(ids));
+        }
+        self.buffer
+            .notify_listeners(expired.iter().map(|(table, _)| table));
+        self.compactor.record_expired(count);
+        self.compactor.delete_unread(&self.chunk_cache);
+        Ok(count)
+    }
+
+    /// Freezes every table's live rows; returns the WAL sequence number they cover, the rows,
+    /// and the names of the databases.
+    fn freeze_all(&self) -> (u64, Vec<(String, FrozenRows)>, Vec<String>) {
+        let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
+        let names = databases.iter().map(|db| db.name().to_string()).collect();
         let mut applied = self.buffer.gate.lock();
         let mut frozen = Vec::new();
         for db in databases {
@@ -431,7 +579,7 @@ impl Persister {
             );
         }
         applied.oldest = None;
-        (applied.seq, frozen)
+        (applied.seq, frozen, names)
     }
 
     /// Swaps the written files in for the frozen rows, releases their buffer space and
@@ -470,11 +618,8 @@ impl Persister {
             summary.buffer_bytes += rows.bytes;
             rows.table.complete_persist(files);
         }
-        self.buffer
-            .bytes
-            .fetch_sub(summary.buffer_bytes, Ordering::AcqRel);
         *self.last_error.lock() = None;
-        self.buffer.space.notify_waiters();
+        self.buffer.release(summary.buffer_bytes);
         if let Some(wal) = self.wal.get() {
             match wal.remove_segments_through(through_seq) {
                 Ok(removed) => summary.wal_segments_removed = removed,
@@ -532,6 +677,7 @@ impl Persister {
                     }
                 });
             entry.version = rows.version;
+            rows.table.set_catalog_id(entry.id);
             entry.columns = rows
                 .columns
                 .iter()
@@ -633,21 +779,39 @@ fn run_persister(persister: Weak<Persister>, buffer: Arc<Buffer>) {
     }
 }
 
-/// The compactor thread: after each persist and every second, runs the merges that are due;
-/// backs off for ten seconds after a failure. Holds the persister only while working.
-fn run_compactor(persister: Weak<Persister>, compactor: Arc<Compactor>) {
+/// The maintainer thread: after each persist and every second, deletes files past their
+/// retention period and runs the merges that are due (unless compaction is off), then
+/// deletes replaced files no query reads; backs off for ten seconds after a failure. Holds
+/// the persister only while working.
+fn run_maintainer(persister: Weak<Persister>, compactor: Arc<Compactor>) {
     let mut wait = Duration::from_secs(1);
     while compactor.wait(wait) {
         let Some(persister) = persister.upgrade() else {
             return;
         };
-        wait = match persister.compact(CompactionScope::default(), false) {
-            Ok(_) => Duration::from_secs(1),
+        wait = match persister.maintain() {
+            Ok(()) => Duration::from_secs(1),
             Err(StorageError::Closed) => return,
             Err(e) => {
-                tracing::error!(error = %e, "compaction failed; retrying in 10 s");
+                tracing::error!(error = %e, "storage maintenance failed; retrying in 10 s");
                 Duration::from_secs(10)
             }
         };
+    }
+}
+
+/// Takes a dropped table, or a dropped database with all its tables, out of the catalog.
+/// Only tables created before the drop can be there: a table of the same name created
+/// after it reaches the catalog in a persist that applies the drop first.
+fn remove_dropped(state: &mut CatalogState, dropped: &Dropped) {
+    match &dropped.table {
+        Some(table) => {
+            if let Some(db) = state.databases.get_mut(&dropped.database) {
+                db.tables.remove(table);
+            }
+        }
+        None => {
+            state.databases.remove(&dropped.database);
+        }
     }
 }

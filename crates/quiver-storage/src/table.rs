@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -18,6 +19,17 @@ use crate::catalog::FileEntry;
 use crate::dedup::sort_and_deduplicate;
 use crate::error::StorageError;
 use crate::limits::StoreLimits;
+use crate::retention::RetentionCell;
+
+/// The last table version handed out in this process. Versions come from one counter for
+/// every table, so a table dropped and created again under the same name never repeats a
+/// version its predecessor had (caches key on names and versions).
+static LAST_VERSION: AtomicU64 = AtomicU64::new(0);
+
+/// A version no table of this process has had yet.
+fn next_version() -> u64 {
+    LAST_VERSION.fetch_add(1, Ordering::AcqRel) + 1
+}
 
 /// A consistent view of a table for one query: the buffered rows (deduplicated, sorted by
 /// series key then time, "same series + same time: later write wins per field" applied) and
@@ -88,6 +100,8 @@ struct TableState {
     /// Persisted files in write order.
     files: Arc<Vec<Arc<ParquetFile>>>,
     version: u64,
+    /// Set once the table is dropped: it takes no rows any more and its files are freed.
+    dropped: bool,
     /// Bumped whenever chunks move between `live`, `frozen` and `files`, so a snapshot
     /// computed across such a move is neither cached nor used to compact `live`.
     generation: u64,
@@ -98,6 +112,11 @@ struct TableState {
 pub struct Table {
     database: String,
     name: String,
+    /// Its database's retention period.
+    retention: Arc<RetentionCell>,
+    /// Its id in the catalog (0 until its first persist): tells it from an earlier table of
+    /// the same name that was dropped.
+    catalog_id: AtomicU64,
     state: RwLock<TableState>,
 }
 
@@ -111,18 +130,24 @@ impl std::fmt::Debug for Table {
 }
 
 impl Table {
-    pub(crate) fn new(database: String, name: String) -> Self {
-        Table::restore(database, name, Vec::new(), 0, Vec::new())
+    pub(crate) fn new(database: String, name: String, retention: Arc<RetentionCell>) -> Self {
+        Table::restore(
+            (database, name, retention, 0),
+            Vec::new(),
+            next_version(),
+            Vec::new(),
+        )
     }
 
-    /// A table as the catalog recorded it: its columns, version and files.
+    /// A table as the catalog recorded it: its database, name, retention and catalog id, its
+    /// columns, version and files.
     pub(crate) fn restore(
-        database: String,
-        name: String,
+        (database, name, retention, catalog_id): (String, String, Arc<RetentionCell>, u64),
         columns: Vec<(String, ColumnType)>,
         version: u64,
         files: Vec<Arc<ParquetFile>>,
     ) -> Self {
+        LAST_VERSION.fetch_max(version, Ordering::AcqRel);
         let mut state = TableState {
             columns: BTreeMap::new(),
             schema: Arc::new(Schema::empty()),
@@ -131,6 +156,7 @@ impl Table {
             frozen: None,
             files: Arc::new(files),
             version,
+            dropped: false,
             generation: 0,
             snapshot: None,
         };
@@ -138,6 +164,8 @@ impl Table {
         Table {
             database,
             name,
+            retention,
+            catalog_id: AtomicU64::new(catalog_id),
             state: RwLock::new(state),
         }
     }
@@ -163,11 +191,34 @@ impl Table {
         state.columns.iter().map(|(n, t)| (n.clone(), *t)).collect()
     }
 
-    /// The version: bumped by every acknowledged write to this table and whenever a write adds
-    /// columns (even before it is acknowledged, as the new columns are visible at once), never
-    /// reused. Two reads at one version see the same rows and the same schema.
+    /// The version: raised by every acknowledged write to this table and whenever a write adds
+    /// columns (even before it is acknowledged, as the new columns are visible at once), and
+    /// when the table is dropped; never reused, not even by another table of the same name.
+    /// Two reads at one version (and one [`Table::retention_cutoff_ns`]) see the same rows and
+    /// the same schema.
     pub fn version(&self) -> u64 {
         self.state.read().version
+    }
+
+    /// The oldest `time` (ns) a query running at `now_ns` may see, rounded down to a second
+    /// (see [`crate::RetentionPeriod::cutoff_ns`]); `None` if the database keeps rows forever.
+    pub fn retention_cutoff_ns(&self, now_ns: i64) -> Option<i64> {
+        self.retention.get().cutoff_ns(now_ns)
+    }
+
+    /// The table's id in the catalog; 0 before its first persist.
+    pub(crate) fn catalog_id(&self) -> u64 {
+        self.catalog_id.load(Ordering::Acquire)
+    }
+
+    /// Records the id the catalog gave the table at its first persist.
+    pub(crate) fn set_catalog_id(&self, id: u64) {
+        self.catalog_id.store(id, Ordering::Release);
+    }
+
+    /// Whether the table was dropped (a query that found it before may still read it).
+    pub fn is_dropped(&self) -> bool {
+        self.state.read().dropped
     }
 
     /// Bytes of Arrow data buffered for this table (live and being persisted).
@@ -269,9 +320,50 @@ impl Table {
         gone
     }
 
-    /// Puts frozen chunks back in front of the live ones after a failed persist.
-    pub(crate) fn abort_persist(&self) {
+    /// Marks the table dropped and lets go of its live rows (rows being persisted go when
+    /// the persist ends); returns the buffer bytes released. The version moves on, so caches
+    /// drop what they hold of the table.
+    pub(crate) fn discard(&self) -> usize {
         let mut state = self.state.write();
+        state.dropped = true;
+        state.live.clear();
+        state.version = next_version();
+        state.generation += 1;
+        state.snapshot = None;
+        std::mem::take(&mut state.live_bytes)
+    }
+
+    /// Takes the table's files out (a dropped table's, to be deleted once unread).
+    pub(crate) fn take_files(&self) -> Vec<Arc<ParquetFile>> {
+        let mut state = self.state.write();
+        state.generation += 1;
+        state.snapshot = None;
+        std::mem::take(&mut state.files).as_ref().clone()
+    }
+
+    /// Takes files whose rows all expired out of the table; returns them. Unlike a
+    /// compaction this changes the rows (a query with a longer retention period would have
+    /// seen them), so the version moves on.
+    pub(crate) fn remove_expired_files(
+        &self,
+        expired: &std::collections::HashSet<u64>,
+    ) -> Vec<Arc<ParquetFile>> {
+        let gone = self.replace_files(expired, &[]);
+        if !gone.is_empty() {
+            let mut state = self.state.write();
+            state.version = next_version();
+            state.snapshot = None;
+        }
+        gone
+    }
+
+    /// Puts frozen chunks back in front of the live ones after a failed persist; returns the
+    /// buffer bytes released instead if the table was dropped meanwhile.
+    pub(crate) fn abort_persist(&self) -> usize {
+        let mut state = self.state.write();
+        if state.dropped {
+            return state.frozen.take().map_or(0, |(_, bytes)| bytes);
+        }
         if let Some((chunks, bytes)) = state.frozen.take() {
             let mut live = chunks.as_ref().clone();
             live.append(&mut state.live);
@@ -280,6 +372,7 @@ impl Table {
             state.generation += 1;
             state.snapshot = None;
         }
+        0
     }
 }
 
@@ -394,7 +487,7 @@ pub(crate) fn prepare_rows(
     for (state, added) in guards.iter_mut().zip(plans) {
         if !added.is_empty() {
             // Reserved columns are visible to queries now: a new schema is a new version.
-            state.version += 1;
+            state.version = next_version();
             add_columns(state, added);
         }
     }
@@ -416,7 +509,11 @@ pub(crate) fn apply_rows(rows: &PreparedRows) -> usize {
     guards
         .iter_mut()
         .zip(rows.0.iter())
-        .map(|(state, (_, batch))| push_chunk(state, batch.clone()))
+        .map(|(state, (_, batch))| match state.dropped {
+            // never happens in log order (a drop follows every write prepared before it)
+            true => 0,
+            false => push_chunk(state, batch.clone()),
+        })
         .sum()
 }
 
@@ -484,7 +581,7 @@ fn push_chunk(state: &mut TableState, batch: RecordBatch) -> usize {
     let bytes = crate::memory::retained_bytes(&batch);
     state.live_bytes += bytes;
     state.live.push(batch);
-    state.version += 1;
+    state.version = next_version();
     state.snapshot = None;
     bytes
 }

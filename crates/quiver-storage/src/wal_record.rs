@@ -1,9 +1,13 @@
-//! The WAL payload of one write: the database name and, per table, its rows as an Arrow IPC
-//! stream. Replay decodes it back into the same [`DecodedTable`]s.
+//! The WAL payloads: a write (the database name and, per table, its rows as an Arrow IPC
+//! stream; replay decodes it back into the same [`DecodedTable`]s), or the drop of a table or
+//! a whole database (replayed in log order, so rows written before a drop stay dropped and
+//! rows written after it land in a new, empty table).
 //!
 //! ```text
-//! u8 format (1) | u16 LE name length | database name | u32 LE table count |
-//!   per table: u16 LE name length | table name | u32 LE IPC length | Arrow IPC stream
+//! write: u8 format (1) | u16 LE name length | database name | u32 LE table count |
+//!          per table: u16 LE name length | table name | u32 LE IPC length | Arrow IPC stream
+//! drop:  u8 format (2) | u16 LE name length | database name |
+//!          u8 0 (the database) or 1 (one table, then: u16 LE name length | table name)
 //! ```
 
 use arrow::buffer::Buffer;
@@ -15,6 +19,40 @@ use quiver_wal::Payload;
 use crate::StorageError;
 
 const FORMAT: u8 = 1;
+const DROP_FORMAT: u8 = 2;
+
+/// What one WAL record says.
+#[derive(Debug)]
+pub(crate) enum Record {
+    /// Rows written to tables of a database.
+    Write {
+        /// The database.
+        database: String,
+        /// The rows, per table.
+        tables: Vec<DecodedTable>,
+    },
+    /// A table, or a whole database, dropped.
+    Drop {
+        /// The database.
+        database: String,
+        /// The table; `None`: the database with all its tables.
+        table: Option<String>,
+    },
+}
+
+/// Encodes the drop of `table` in `database`, or of the whole database.
+pub(crate) fn encode_drop(database: &str, table: Option<&str>) -> Result<Vec<u8>, StorageError> {
+    let mut out = vec![DROP_FORMAT];
+    put_name(&mut out, database)?;
+    match table {
+        None => out.push(0),
+        Some(table) => {
+            out.push(1);
+            put_name(&mut out, table)?;
+        }
+    }
+    Ok(out)
+}
 
 /// Encodes one write. The rows' Arrow buffers become parts of the payload as they are (the
 /// IPC stream encoder shares them), so logging a write copies no row data: the commit thread
@@ -67,19 +105,47 @@ fn put_name(out: &mut Vec<u8>, name: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Decodes one write; any inconsistency is a [`StorageError::CorruptRecord`].
-pub(crate) fn decode(payload: &[u8]) -> Result<(String, Vec<DecodedTable>), StorageError> {
+/// Decodes one record; any inconsistency is a [`StorageError::CorruptRecord`].
+pub(crate) fn decode(payload: &[u8]) -> Result<Record, StorageError> {
     let mut reader = Reader {
         buf: payload,
         at: 0,
     };
     let format = reader.take(1)?[0];
-    if format != FORMAT {
-        return Err(StorageError::CorruptRecord(format!(
-            "unknown WAL record format {format}"
-        )));
+    let database = match format {
+        FORMAT | DROP_FORMAT => reader.name()?,
+        _ => {
+            return Err(StorageError::CorruptRecord(format!(
+                "unknown WAL record format {format}"
+            )))
+        }
+    };
+    let record = match format {
+        DROP_FORMAT => decode_drop(&mut reader, database)?,
+        _ => decode_write(&mut reader, database)?,
+    };
+    if reader.at != payload.len() {
+        return Err(StorageError::CorruptRecord(
+            "trailing bytes after the end of the record".into(),
+        ));
     }
-    let database = reader.name()?;
+    Ok(record)
+}
+
+fn decode_drop(reader: &mut Reader<'_>, database: String) -> Result<Record, StorageError> {
+    let table = match reader.take(1)?[0] {
+        0 => None,
+        1 => Some(reader.name()?),
+        other => {
+            return Err(StorageError::CorruptRecord(format!(
+                "unknown drop target {other}"
+            )))
+        }
+    };
+    Ok(Record::Drop { database, table })
+}
+
+fn decode_write(reader: &mut Reader<'_>, database: String) -> Result<Record, StorageError> {
     let count = reader.u32()? as usize;
     let mut tables = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
@@ -92,12 +158,7 @@ pub(crate) fn decode(payload: &[u8]) -> Result<(String, Vec<DecodedTable>), Stor
             .ok_or_else(|| StorageError::CorruptRecord(format!("no rows for table {name:?}")))??;
         tables.push(DecodedTable { name, batch });
     }
-    if reader.at != payload.len() {
-        return Err(StorageError::CorruptRecord(
-            "trailing bytes after the last table".into(),
-        ));
-    }
-    Ok((database, tables))
+    Ok(Record::Write { database, tables })
 }
 
 struct Reader<'a> {
@@ -188,7 +249,9 @@ mod tests {
         let written =
             decoded("cpu,host=a usage=1.5,n=2i 1\nmem,host=b free=3u,ok=true,s=\"x\" 2\n");
         let payload = logged("metrics", &written);
-        let (database, tables) = decode(&payload).unwrap();
+        let Record::Write { database, tables } = decode(&payload).unwrap() else {
+            panic!("a write decodes as a write");
+        };
         assert_eq!(database, "metrics");
         assert_eq!(tables.len(), 2);
         for (a, b) in tables.iter().zip(&written) {
@@ -201,5 +264,33 @@ mod tests {
         let mut longer = payload.clone();
         longer.push(0);
         assert!(decode(&longer).is_err());
+    }
+}
+
+#[cfg(test)]
+mod drop_tests {
+    use super::*;
+
+    #[test]
+    fn drops_round_trip_and_reject_damage() {
+        for table in [None, Some("cpu")] {
+            let payload = encode_drop("metrics", table).unwrap();
+            match decode(&payload).unwrap() {
+                Record::Drop { database, table: t } => {
+                    assert_eq!(database, "metrics");
+                    assert_eq!(t.as_deref(), table);
+                }
+                other => panic!("decoded {other:?}"),
+            }
+            for cut in 0..payload.len() {
+                assert!(decode(&payload[..cut]).is_err(), "cut at {cut}");
+            }
+            let mut longer = payload.clone();
+            longer.push(0);
+            assert!(decode(&longer).is_err());
+        }
+        let mut bad_target = encode_drop("metrics", None).unwrap();
+        *bad_target.last_mut().unwrap() = 7;
+        assert!(decode(&bad_target).is_err());
     }
 }

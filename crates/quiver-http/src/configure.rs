@@ -1,0 +1,189 @@
+//! Databases and tables over HTTP, in InfluxDB 3's shapes: `POST /api/v3/configure/database`
+//! `{"db", "retention_period"}` creates a database, `PUT` changes its retention period, `GET`
+//! lists databases, `DELETE ?db=` drops one with all its tables, and
+//! `DELETE /api/v3/configure/table?db=&table=` drops one table. Drops and settings are durable
+//! when the answer arrives; the storage layer ([`quiver_storage::Store`]) does the work.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use quiver_storage::{RetentionPeriod, StorageError, Store};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::AppState;
+
+/// The body of `POST` and `PUT /api/v3/configure/database`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DatabaseRequest {
+    /// The database.
+    db: String,
+    /// `30d`, `12h`, `none`, ...; absent: the server's `retention_period`.
+    retention_period: Option<String>,
+}
+
+impl DatabaseRequest {
+    fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "invalid request body: {e}; expected JSON such as \
+                     {{\"db\": \"metrics\", \"retention_period\": \"30d\"}}"
+                ),
+            )
+        })
+    }
+
+    fn retention(&self) -> Result<Option<RetentionPeriod>, ApiError> {
+        self.retention_period
+            .as_deref()
+            .map(RetentionPeriod::parse)
+            .transpose()
+            .map_err(|e| ApiError::classified(&e))
+    }
+}
+
+/// Creates a database: 200, or 409 if it exists.
+pub async fn create_database(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let request = DatabaseRequest::parse(&body)?;
+    let retention = request.retention()?;
+    let db = request.db.clone();
+    blocking(&state, move |store| store.create_database(&db, retention)).await?;
+    Ok(Json(describe(&state.store, &request.db)?))
+}
+
+/// Changes a database's retention period (`retention_period` is required).
+pub async fn update_database(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let request = DatabaseRequest::parse(&body)?;
+    if request.retention_period.is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "retention_period is required: a duration such as \"30d\", or \"none\"",
+        ));
+    }
+    let retention = request.retention()?;
+    let db = request.db.clone();
+    blocking(&state, move |store| store.set_retention(&db, retention)).await?;
+    Ok(Json(describe(&state.store, &request.db)?))
+}
+
+/// Lists the databases with their retention periods and table counts.
+pub async fn list_databases(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &["format"])?;
+    if let Some(format) = params.get("format").filter(|f| f.as_str() != "json") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("unsupported format {format:?}: the database list is JSON"),
+        ));
+    }
+    let store = &state.store;
+    let databases = store
+        .database_names()
+        .iter()
+        .filter_map(|name| describe(store, name).ok())
+        .collect();
+    Ok(Json(Value::Array(databases)))
+}
+
+/// Drops a database with all its tables.
+pub async fn delete_database(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &["db"])?;
+    let db = required(
+        &params,
+        "db",
+        "DELETE /api/v3/configure/database?db=<database>",
+    )?;
+    let name = db.clone();
+    blocking(&state, move |store| store.drop_database(&name)).await?;
+    Ok(Json(json!({ "db": db, "dropped": true })))
+}
+
+/// Drops one table of a database.
+pub async fn delete_table(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &["db", "table"])?;
+    let usage = "DELETE /api/v3/configure/table?db=<database>&table=<table>";
+    let db = required(&params, "db", usage)?;
+    let table = required(&params, "table", usage)?;
+    let (name, table_name) = (db.clone(), table.clone());
+    blocking(&state, move |store| store.drop_table(&name, &table_name)).await?;
+    Ok(Json(json!({ "db": db, "table": table, "dropped": true })))
+}
+
+/// A database as the list shows it.
+fn describe(store: &Store, name: &str) -> Result<Value, ApiError> {
+    let db = store.database(name).ok_or_else(|| {
+        ApiError::classified(&StorageError::NotFound {
+            what: format!("database {name:?}"),
+        })
+    })?;
+    Ok(json!({
+        "db": name,
+        "retention_period": db.retention_period().to_string(),
+        "retention_period_source": match db.retention_setting() {
+            Some(_) => "database",
+            None => "server",
+        },
+        "tables": db.table_names().len(),
+    }))
+}
+
+/// Runs a store change that may block (fsyncs, a persist) off the async workers.
+async fn blocking(
+    state: &AppState,
+    change: impl FnOnce(&Store) -> Result<(), StorageError> + Send + 'static,
+) -> Result<(), ApiError> {
+    let store = state.store.clone();
+    tokio::task::spawn_blocking(move || change(&store))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the configuration task did not finish: {e}"),
+            )
+        })?
+        .map_err(|e| ApiError::classified(&e))
+}
+
+fn check_params(params: &HashMap<String, String>, known: &[&str]) -> Result<(), ApiError> {
+    match params.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(unknown) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown parameter {unknown:?}: this endpoint takes {}",
+                known.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn required(params: &HashMap<String, String>, name: &str, usage: &str) -> Result<String, ApiError> {
+    params.get(name).cloned().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{name} is required: {usage}"),
+        )
+    })
+}
