@@ -25,9 +25,9 @@ struct KeyParts {
     clock_bucket: Option<i64>,
     /// Every scanned table and the version the answer was computed at.
     versions: Vec<(ScannedTable, u64)>,
-    /// For each scanned table whose database has a retention period (in `versions`' order),
-    /// the oldest time visible to the answer: rows expire without a write.
-    retention_cutoffs: Vec<i64>,
+    /// For each scanned table (in `versions`' order), the oldest time visible to the answer
+    /// if its database has a retention period: rows expire without a write.
+    retention_cutoffs: Vec<Option<i64>>,
 }
 
 /// The parts of a key, named (see [`CacheKey::new`]).
@@ -39,7 +39,7 @@ pub(crate) struct KeySpec<'a> {
     pub scope: &'a AccessScope,
     pub clock_bucket: Option<i64>,
     pub versions: Vec<(ScannedTable, u64)>,
-    pub retention_cutoffs: Vec<i64>,
+    pub retention_cutoffs: Vec<Option<i64>>,
 }
 
 impl CacheKey {
@@ -84,6 +84,6 @@ impl CacheKey {
                 .iter()
                 .map(|(t, _)| t.database.len() + t.table.len() + 64)
                 .sum::<usize>()
-            + parts.retention_cutoffs.len() * 8
+            + parts.retention_cutoffs.len() * 16
     }
 }

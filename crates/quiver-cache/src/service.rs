@@ -330,15 +330,15 @@ impl QueryService {
         Ok(analysis)
     }
 
-    /// The current version of each table, and the retention cutoffs at `now_ns` of those
-    /// with a retention period; `None` if a table does not exist.
+    /// The current version of each table, and its retention cutoff at `now_ns` (if its
+    /// database has a retention period); `None` if a table does not exist.
     fn versions(&self, tables: &[ScannedTable], now_ns: i64) -> Option<KeyedVersions> {
         let mut versions = Vec::with_capacity(tables.len());
         let mut cutoffs = Vec::new();
         for scanned in tables {
             let table = self.table(scanned)?;
             versions.push((scanned.clone(), table.version()));
-            cutoffs.extend(table.retention_cutoff_ns(now_ns));
+            cutoffs.push(table.retention_cutoff_ns(now_ns));
         }
         Some((versions, cutoffs))
     }
@@ -499,8 +499,8 @@ fn clock_bucket(now: DateTime<Utc>, granularity: std::time::Duration) -> (i64, D
     (bucket, DateTime::from_timestamp_nanos(bucket * step))
 }
 
-/// The scanned tables with their versions, and the retention cutoffs of those that have one.
-type KeyedVersions = (Vec<(ScannedTable, u64)>, Vec<i64>);
+/// The scanned tables with their versions, and each one's retention cutoff (if any).
+type KeyedVersions = (Vec<(ScannedTable, u64)>, Vec<Option<i64>>);
 
 /// Removes a table's old entries when a write is applied to it.
 struct ChangeListener(Weak<QueryService>);

@@ -33,6 +33,10 @@ pub(crate) struct Buffer {
     /// Drops applied to the buffer, with their WAL sequence numbers, that the catalog does
     /// not show yet: the next persist covering them takes them out of the catalog.
     pub(crate) pending_drops: Mutex<Vec<(u64, Dropped)>>,
+    /// Tables a drop took out of their database whose drop is not applied yet (it may never
+    /// be, if logging it fails): their rows are acknowledged writes, so persists still freeze
+    /// them, by database name.
+    pub(crate) dropping: Mutex<Vec<(String, Arc<Table>)>>,
 }
 
 /// What the WAL's commit thread makes visible once a record is durable.
@@ -89,6 +93,7 @@ impl Buffer {
             persist_bytes,
             listeners: RwLock::new(Vec::new()),
             pending_drops: Mutex::new(Vec::new()),
+            dropping: Mutex::new(Vec::new()),
         }
     }
 
@@ -106,7 +111,12 @@ impl Buffer {
     pub(crate) fn apply_drop(&self, seq: u64, dropped: Dropped) {
         let mut applied = self.gate.lock();
         let freed: usize = dropped.tables.iter().map(|t| t.discard()).sum();
+        self.dropping
+            .lock()
+            .retain(|(_, t)| !dropped.tables.iter().any(|d| Arc::ptr_eq(d, t)));
         applied.seq = applied.seq.max(seq);
+        // the catalog catches up with the next persist: the age threshold makes sure of one
+        applied.oldest.get_or_insert_with(Instant::now);
         let tables = dropped.tables.clone();
         self.pending_drops.lock().push((seq, dropped));
         drop(applied);

@@ -328,3 +328,45 @@ fn retention_hides_nothing_in_storage_but_deletes_whole_expired_files() {
     let cutoff = table.retention_cutoff_ns(now).unwrap();
     assert!(cutoff <= now - 7_200_000_000_000 && cutoff > now - 7_201_000_000_000);
 }
+
+#[test]
+fn a_table_taken_out_for_a_drop_not_yet_logged_is_still_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    write(&store, "m", "cpu v=1 1\nmem v=1 1");
+    // the first half of a drop (as if logging it were slow, or failed): taken out, not applied
+    let taken = {
+        let _order = store.sequencer.lock();
+        store.take_out("m", Some("cpu")).unwrap()
+    };
+    assert_eq!(taken.len(), 1);
+    let summary = store.persist_now().unwrap();
+    assert_eq!(summary.tables, 2, "{summary:?}");
+    let catalog = store.catalog().unwrap();
+    assert_eq!(catalog.databases["m"].tables["cpu"].files.len(), 1);
+    assert_buffer_accounted(&store);
+    store.close();
+    // the drop never became durable: the acknowledged row is still there
+    let store = open(dir.path());
+    assert_eq!(rows(&store, "m", "cpu"), 1);
+}
+
+#[test]
+fn replay_ignores_a_database_limit_lowered_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for db in ["a", "b", "c"] {
+        write(&store, db, "cpu v=1 1");
+    }
+    store.close();
+    let limits = StoreLimits {
+        max_databases: 1,
+        ..StoreLimits::default()
+    };
+    let (store, _) = Store::open(limits, StoreOptions::for_tests(dir.path())).unwrap();
+    assert_eq!(store.database_names(), ["a", "b", "c"]);
+    assert!(matches!(
+        store.create_database("d", None),
+        Err(StorageError::TooManyDatabases { .. })
+    ));
+}

@@ -299,7 +299,9 @@ impl Store {
         let _order = self.sequencer.lock();
         match wal_record::decode(payload)? {
             wal_record::Record::Write { database, tables } => {
-                let prepared = self.prepare(&database, tables)?;
+                // the database limit was checked when the write was accepted (a database
+                // created through the API since may have filled it)
+                let prepared = self.prepare(&database, tables, false)?;
                 self.buffer.apply(seq, prepared);
             }
             wal_record::Record::Drop { database, table } => {
@@ -371,7 +373,7 @@ impl Store {
         };
         let logged = {
             let _order = self.sequencer.lock();
-            let prepared = self.prepare(database, tables)?;
+            let prepared = self.prepare(database, tables, true)?;
             match (wal, payload) {
                 (Some(wal), Some(payload)) => {
                     Some(wal.append(payload, Change::Rows(prepared), durability))
@@ -389,13 +391,19 @@ impl Store {
         Ok(WriteReceipt { rows, sequence })
     }
 
-    /// Checks a write and reserves its tables and columns (must hold the sequencer).
-    fn prepare(&self, name: &str, tables: Vec<DecodedTable>) -> Result<PreparedRows, StorageError> {
+    /// Checks a write and reserves its tables and columns (must hold the sequencer); a write
+    /// that creates its database is held to the database limit if `limit_databases`.
+    fn prepare(
+        &self,
+        name: &str,
+        tables: Vec<DecodedTable>,
+        limit_databases: bool,
+    ) -> Result<PreparedRows, StorageError> {
         if let Some(db) = self.database(name) {
             return db.prepare(tables);
         }
         validate_database_name(name)?;
-        if self.databases.read().len() >= self.limits.max_databases {
+        if limit_databases && self.databases.read().len() >= self.limits.max_databases {
             return Err(StorageError::TooManyDatabases {
                 limit: self.limits.max_databases,
             });
@@ -420,26 +428,17 @@ impl Store {
     ) -> Result<(), StorageError> {
         validate_database_name(name)?;
         let _one_change_at_a_time = self.ddl.lock();
-        {
-            let databases = self.databases.read();
-            if databases.contains_key(name) {
-                return Err(StorageError::AlreadyExists {
-                    what: format!("database {name:?}"),
-                });
-            }
-            if databases.len() >= self.limits.max_databases {
-                return Err(StorageError::TooManyDatabases {
-                    limit: self.limits.max_databases,
-                });
-            }
-        }
+        self.check_can_create(name)?;
+        self.settle_pending_drops(name)?;
         // durable before visible (not under the sequencer: a running persist holds the catalog)
-        self.record_retention(name, retention)?;
+        self.record_retention(name, retention, || {})?;
         let _order = self.sequencer.lock();
         match self.database(name) {
             // a write created it meanwhile: it gets the retention asked for
             Some(db) => db.set_retention(retention, self.default_retention),
             None => {
+                // writes may have created databases meanwhile
+                self.check_can_create(name)?;
                 let db = Database::new(
                     name.to_string(),
                     self.limits.clone(),
@@ -451,6 +450,34 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    fn check_can_create(&self, name: &str) -> Result<(), StorageError> {
+        let databases = self.databases.read();
+        if databases.contains_key(name) {
+            return Err(StorageError::AlreadyExists {
+                what: format!("database {name:?}"),
+            });
+        }
+        if databases.len() >= self.limits.max_databases {
+            return Err(StorageError::TooManyDatabases {
+                limit: self.limits.max_databases,
+            });
+        }
+        Ok(())
+    }
+
+    /// Persists if a drop of `database` (or of a table of it) is not in the catalog yet, so
+    /// a setting written to the catalog now is not wiped by that drop later (or by its
+    /// replay after a restart).
+    fn settle_pending_drops(&self, database: &str) -> Result<(), StorageError> {
+        match &self.persister {
+            Some(persister) if persister.drop_pending(database) => {
+                persister.persist_now()?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Changes the retention period of database `name` (`None`: follow the server's
@@ -466,9 +493,11 @@ impl Store {
         let db = self.database(name).ok_or_else(|| StorageError::NotFound {
             what: format!("database {name:?}"),
         })?;
-        self.record_retention(name, retention)?;
-        db.set_retention(retention, self.default_retention);
-        Ok(())
+        self.settle_pending_drops(name)?;
+        let default = self.default_retention;
+        // in force while the catalog is still held: no expiry runs with the old period after
+        // the new one is durable
+        self.record_retention(name, retention, || db.set_retention(retention, default))
     }
 
     /// The server-wide retention period (databases without their own follow it).
@@ -476,17 +505,25 @@ impl Store {
         self.default_retention
     }
 
+    /// Writes `name`'s retention setting to the catalog, then runs `stored`.
     fn record_retention(
         &self,
         name: &str,
         retention: Option<RetentionPeriod>,
+        stored: impl FnOnce(),
     ) -> Result<(), StorageError> {
         match &self.persister {
-            Some(persister) => persister.configure(|state| {
-                let entry = state.databases.entry(name.to_string()).or_default();
-                entry.retention_period = retention;
-            }),
-            None => Ok(()),
+            Some(persister) => persister.configure(
+                |state| {
+                    let entry = state.databases.entry(name.to_string()).or_default();
+                    entry.retention_period = retention;
+                },
+                stored,
+            ),
+            None => {
+                stored();
+                Ok(())
+            }
         }
     }
 
@@ -540,8 +577,22 @@ impl Store {
     }
 
     /// Takes `table` (or every table, and the database itself, when `None`) out of the map:
-    /// queries and writes no longer find them. Must hold the sequencer.
+    /// queries and writes no longer find them, persists still freeze them until the drop is
+    /// applied. Must hold the sequencer.
     fn take_out(
+        &self,
+        database: &str,
+        table: Option<&str>,
+    ) -> Result<Vec<Arc<Table>>, StorageError> {
+        let tables = self.remove_from_map(database, table)?;
+        self.buffer
+            .dropping
+            .lock()
+            .extend(tables.iter().map(|t| (database.to_string(), t.clone())));
+        Ok(tables)
+    }
+
+    fn remove_from_map(
         &self,
         database: &str,
         table: Option<&str>,

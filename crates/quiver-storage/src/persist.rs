@@ -272,6 +272,8 @@ fn split_by_partition(
 }
 
 /// Writes `batch` (sorted by tags then time) to `path` and makes it durable; returns its size.
+/// Writes `batch` to a new file at `path`, durably; returns its size. On failure (a full
+/// disk, say) nothing of the file is left behind.
 fn write_parquet(
     path: &Path,
     batch: &RecordBatch,
@@ -279,6 +281,19 @@ fn write_parquet(
 ) -> Result<u64, StorageError> {
     let dir = path.parent().expect("a file path has a parent");
     create_dir_durably(dir)?;
+    let written = write_new_parquet(path, dir, batch, row_group_rows);
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+fn write_new_parquet(
+    path: &Path,
+    dir: &Path,
+    batch: &RecordBatch,
+    row_group_rows: usize,
+) -> Result<u64, StorageError> {
     let file = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
     let mut writer = ArrowWriter::try_new(
         file,

@@ -269,6 +269,15 @@ impl Persister {
                 );
                 Ok(Some(done))
             }
+            Err(failure)
+                if failure
+                    .unreadable
+                    .as_ref()
+                    .is_some_and(|f| !self.names(f.id)) =>
+            {
+                // its table was dropped meanwhile and the file deleted: nothing failed
+                Ok(None)
+            }
             Err(failure) => {
                 self.compactor
                     .record_failure(&failure.error, failure.unreadable.as_ref());
@@ -278,6 +287,16 @@ impl Persister {
                 }
             }
         }
+    }
+
+    /// Whether the catalog names the file with id `id`.
+    fn names(&self, id: u64) -> bool {
+        self.catalog
+            .lock()
+            .databases
+            .values()
+            .flat_map(|db| db.tables.values())
+            .any(|t| t.files.iter().any(|f| f.id == id))
     }
 
     /// Reads, merges and writes `merge`'s files and swaps them in; on failure nothing it
@@ -498,10 +517,12 @@ impl Persister {
         self.compactor.delete_unread(&self.chunk_cache);
     }
 
-    /// Changes the catalog's database settings with `change` and stores it durably.
+    /// Changes the catalog's database settings with `change`, stores it durably, then runs
+    /// `stored` while still the catalog's one writer (so no expiry runs in between).
     pub(crate) fn configure(
         &self,
         change: impl FnOnce(&mut CatalogState),
+        stored: impl FnOnce(),
     ) -> Result<(), StorageError> {
         let running = self.running.lock();
         if running.is_none() {
@@ -511,7 +532,23 @@ impl Persister {
         change(&mut state);
         catalog::store(&self.data_dir, &state)?;
         *self.catalog.lock() = state;
+        stored();
         Ok(())
+    }
+
+    /// Whether a drop of `database` (or of one of its tables) is not in the catalog yet.
+    pub(crate) fn drop_pending(&self, database: &str) -> bool {
+        self.buffer
+            .pending_drops
+            .lock()
+            .iter()
+            .any(|(_, d)| d.database == database)
+            || self
+                .buffer
+                .dropping
+                .lock()
+                .iter()
+                .any(|(db, _)| db == database)
     }
 
     /// Deletes the files whose every row is past their database's retention period at
@@ -565,19 +602,21 @@ impl Persister {
 
     /// Freezes every table's live rows; returns the WAL sequence number they cover, the rows,
     /// and the names of the databases.
+    /// Tables being dropped (taken out, drop not applied yet) are frozen too: until the drop
+    /// is applied their rows are acknowledged writes the catalog must cover.
     fn freeze_all(&self) -> (u64, Vec<(String, FrozenRows)>, Vec<String>) {
+        let mut applied = self.buffer.gate.lock();
         let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
         let names = databases.iter().map(|db| db.name().to_string()).collect();
-        let mut applied = self.buffer.gate.lock();
-        let mut frozen = Vec::new();
-        for db in databases {
-            frozen.extend(
-                db.tables()
-                    .iter()
-                    .filter_map(Table::freeze)
-                    .map(|rows| (db.name().to_string(), rows)),
-            );
-        }
+        let mut tables: Vec<(String, Arc<Table>)> = databases
+            .iter()
+            .flat_map(|db| db.tables().into_iter().map(|t| (db.name().to_string(), t)))
+            .collect();
+        tables.extend(self.buffer.dropping.lock().iter().cloned());
+        let frozen = tables
+            .into_iter()
+            .filter_map(|(db, table)| table.freeze().map(|rows| (db, rows)))
+            .collect();
         applied.oldest = None;
         (applied.seq, frozen, names)
     }
