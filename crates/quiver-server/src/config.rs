@@ -363,6 +363,7 @@ mod tests {
             "partition_hours",
             "parquet_row_group_rows",
             "persist_threads",
+            "parquet_bloom_filters",
             "chunk_cache_bytes",
             "retention_period",
             "compaction_enabled",

@@ -12,12 +12,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::take_record_batch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use quiver_model::schema::TIME_COLUMN;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
@@ -56,6 +58,12 @@ pub struct PersistOptions {
     /// run on one of them); 0 means one per core.
     #[serde(rename = "persist_threads")]
     pub threads: usize,
+    /// Writes a bloom filter per tag column and row group, so `tag = value` and `IN` skip row
+    /// groups whose min/max statistics cannot rule the value out. Off by default: files are
+    /// sorted by every tag, so page statistics already narrow a tag to a few pages, and the
+    /// filters measured no faster (`scripts/bloom-bench.py`, BENCHMARKS.md).
+    #[serde(rename = "parquet_bloom_filters")]
+    pub bloom_filters: bool,
 }
 
 impl Default for PersistOptions {
@@ -67,6 +75,7 @@ impl Default for PersistOptions {
             partition: Duration::from_secs(86_400),
             row_group_rows: 128 * 1024,
             threads: 0,
+            bloom_filters: false,
         }
     }
 }
@@ -233,7 +242,7 @@ pub(crate) fn write_file(
         file.id
     );
     let path = data_dir.join(&relative);
-    let bytes = write_parquet(&path, rows, options.row_group_rows)?;
+    let bytes = write_parquet(&path, rows, options)?;
     let (min_time_ns, max_time_ns) =
         time_range(std::slice::from_ref(rows)).expect("a written file has rows");
     Ok(Arc::new(ParquetFile {
@@ -277,11 +286,11 @@ fn split_by_partition(
 fn write_parquet(
     path: &Path,
     batch: &RecordBatch,
-    row_group_rows: usize,
+    options: &PersistOptions,
 ) -> Result<u64, StorageError> {
     let dir = path.parent().expect("a file path has a parent");
     create_dir_durably(dir)?;
-    let written = write_new_parquet(path, dir, batch, row_group_rows);
+    let written = write_new_parquet(path, dir, batch, options);
     if written.is_err() {
         let _ = std::fs::remove_file(path);
     }
@@ -292,13 +301,13 @@ fn write_new_parquet(
     path: &Path,
     dir: &Path,
     batch: &RecordBatch,
-    row_group_rows: usize,
+    options: &PersistOptions,
 ) -> Result<u64, StorageError> {
     let file = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
     let mut writer = ArrowWriter::try_new(
         file,
         batch.schema(),
-        Some(writer_properties(batch, row_group_rows)?),
+        Some(writer_properties(batch, options)?),
     )?;
     writer.write(batch)?;
     let file = writer.into_inner()?;
@@ -311,29 +320,56 @@ fn write_new_parquet(
     Ok(bytes)
 }
 
-/// zstd, page-level statistics (which also writes the page index), and the sort order
-/// recorded as the file's sorting columns: every tag in schema order, then time.
+/// zstd, page-level statistics (which also writes the page index), the sort order recorded
+/// as the file's sorting columns (every tag in schema order, then time) and, if asked, a
+/// bloom filter per tag column sized for its distinct values.
 fn writer_properties(
     batch: &RecordBatch,
-    row_group_rows: usize,
+    options: &PersistOptions,
 ) -> Result<WriterProperties, StorageError> {
     let (series_key, _) = series_key_and_fields(&batch.schema())?;
     let sorting = series_key
-        .into_iter()
-        .map(|i| SortingColumn {
+        .iter()
+        .map(|&i| SortingColumn {
             column_idx: i as i32,
             descending: false,
             nulls_first: true,
         })
         .collect();
-    Ok(WriterProperties::builder()
+    let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(3).expect("valid zstd level"),
         ))
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_max_row_group_row_count(Some(row_group_rows))
-        .set_sorting_columns(Some(sorting))
-        .build())
+        .set_max_row_group_row_count(Some(options.row_group_rows))
+        .set_sorting_columns(Some(sorting));
+    if options.bloom_filters {
+        let schema = batch.schema();
+        for &i in series_key
+            .iter()
+            .filter(|&&i| schema.field(i).name() != TIME_COLUMN)
+        {
+            let column = ColumnPath::from(schema.field(i).name().as_str());
+            let distinct = distinct_upper_bound(batch.column(i)).min(options.row_group_rows);
+            builder = builder
+                .set_column_bloom_filter_enabled(column.clone(), true)
+                .set_column_bloom_filter_fpp(column.clone(), BLOOM_FILTER_FPP)
+                .set_column_bloom_filter_max_ndv(column, distinct.max(1) as u64);
+        }
+    }
+    Ok(builder.build())
+}
+
+/// False-positive rate of the tag columns' bloom filters (about 9.6 bits per distinct value).
+const BLOOM_FILTER_FPP: f64 = 0.01;
+
+/// At most how many distinct values `column` holds: its dictionary's size for a dictionary
+/// (how tags are held), else its length.
+fn distinct_upper_bound(column: &arrow::array::ArrayRef) -> usize {
+    match column.as_any_dictionary_opt() {
+        Some(dictionary) => dictionary.values().len().min(column.len()),
+        None => column.len(),
+    }
 }
 
 /// Deletes Parquet files under the data directory's `tables/` that the catalog does not name
@@ -397,6 +433,35 @@ mod tests {
         }
         assert_eq!(calls.load(Ordering::Relaxed), 150);
         assert!(in_parallel(0, 4, |i| i).is_empty());
+    }
+
+    #[test]
+    fn bloom_filters_cover_the_tag_columns_only_when_asked() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
+        let decoded = decode_line_protocol(
+            b"cpu,host=a,dc=x v=1,n=2i 1\ncpu,host=b,dc=y v=2,n=3i 2\n",
+            &DecodeOptions::for_tests(),
+            &quiver_model::schema::NoExistingTables,
+        );
+        let batch = crate::sort_and_deduplicate(&decoded.tables[0].batch).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for bloom_filters in [false, true] {
+            let options = PersistOptions {
+                bloom_filters,
+                ..PersistOptions::default()
+            };
+            let path = dir.path().join(format!("{bloom_filters}.parquet"));
+            write_parquet(&path, &batch, &options).unwrap();
+            let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+            let row_group = reader.metadata().row_group(0);
+            let with_filters: Vec<String> = (0..row_group.num_columns())
+                .filter(|&i| row_group.column(i).bloom_filter_offset().is_some())
+                .map(|i| row_group.column(i).column_path().string())
+                .collect();
+            let expected: &[&str] = if bloom_filters { &["dc", "host"] } else { &[] };
+            assert_eq!(with_filters, expected);
+        }
     }
 
     #[test]
