@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::store_task::{check_params, required, run_blocking};
 use super::AppState;
 
 /// The body of `POST` and `PUT /api/v3/configure/database`.
@@ -56,10 +57,7 @@ pub async fn create_database(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let request = DatabaseRequest::parse(&body)?;
-    let retention = request.retention()?;
-    let db = request.db.clone();
-    blocking(&state, move |store| store.create_database(&db, retention)).await?;
-    Ok(Json(describe(&state.store, &request.db)?))
+    change_database(&state, request, Store::create_database).await
 }
 
 /// Changes a database's retention period (`retention_period` is required).
@@ -74,9 +72,22 @@ pub async fn update_database(
             "retention_period is required: a duration such as \"30d\", or \"none\"",
         ));
     }
+    change_database(&state, request, Store::set_retention).await
+}
+
+/// Applies `change` with the request's database and retention period, then answers with the
+/// database as the list shows it.
+async fn change_database(
+    state: &AppState,
+    request: DatabaseRequest,
+    change: fn(&Store, &str, Option<RetentionPeriod>) -> Result<(), StorageError>,
+) -> Result<Json<Value>, ApiError> {
     let retention = request.retention()?;
     let db = request.db.clone();
-    blocking(&state, move |store| store.set_retention(&db, retention)).await?;
+    run_blocking(&state.store, "configuration", move |store| {
+        change(store, &db, retention)
+    })
+    .await?;
     Ok(Json(describe(&state.store, &request.db)?))
 }
 
@@ -113,7 +124,10 @@ pub async fn delete_database(
         "DELETE /api/v3/configure/database?db=<database>",
     )?;
     let name = db.clone();
-    blocking(&state, move |store| store.drop_database(&name)).await?;
+    run_blocking(&state.store, "drop", move |store| {
+        store.drop_database(&name)
+    })
+    .await?;
     Ok(Json(json!({ "db": db, "dropped": true })))
 }
 
@@ -127,7 +141,10 @@ pub async fn delete_table(
     let db = required(&params, "db", usage)?;
     let table = required(&params, "table", usage)?;
     let (name, table_name) = (db.clone(), table.clone());
-    blocking(&state, move |store| store.drop_table(&name, &table_name)).await?;
+    run_blocking(&state.store, "drop", move |store| {
+        store.drop_table(&name, &table_name)
+    })
+    .await?;
     Ok(Json(json!({ "db": db, "table": table, "dropped": true })))
 }
 
@@ -147,43 +164,4 @@ fn describe(store: &Store, name: &str) -> Result<Value, ApiError> {
         },
         "tables": db.table_names().len(),
     }))
-}
-
-/// Runs a store change that may block (fsyncs, a persist) off the async workers.
-async fn blocking(
-    state: &AppState,
-    change: impl FnOnce(&Store) -> Result<(), StorageError> + Send + 'static,
-) -> Result<(), ApiError> {
-    let store = state.store.clone();
-    tokio::task::spawn_blocking(move || change(&store))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the configuration task did not finish: {e}"),
-            )
-        })?
-        .map_err(|e| ApiError::classified(&e))
-}
-
-fn check_params(params: &HashMap<String, String>, known: &[&str]) -> Result<(), ApiError> {
-    match params.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(unknown) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unknown parameter {unknown:?}: this endpoint takes {}",
-                known.join(", ")
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
-fn required(params: &HashMap<String, String>, name: &str, usage: &str) -> Result<String, ApiError> {
-    params.get(name).cloned().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("{name} is required: {usage}"),
-        )
-    })
 }

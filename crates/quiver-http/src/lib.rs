@@ -11,6 +11,7 @@ mod error;
 pub mod format;
 mod query;
 mod storage;
+mod store_task;
 mod write;
 mod write_arrow;
 mod write_msgpack;

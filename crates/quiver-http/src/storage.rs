@@ -12,20 +12,14 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::store_task::{check_params, run_blocking};
 use super::AppState;
+use quiver_storage::Store;
 
 /// Persists everything buffered and answers with what was written.
 pub async fn persist(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let store = state.store.clone();
     let started = std::time::Instant::now();
-    let summary = tokio::task::spawn_blocking(move || store.persist_now())
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the persist task did not finish: {e}"),
-            )
-        })??;
+    let summary = run_blocking(&state.store, "persist", Store::persist_now).await?;
     Ok(Json(json!({
         "tables": summary.tables,
         "files": summary.files,
@@ -44,15 +38,7 @@ pub async fn compact(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some(unknown) = params
-        .keys()
-        .find(|k| !matches!(k.as_str(), "db" | "table"))
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("unknown parameter {unknown:?}: compact takes db and table"),
-        ));
-    }
+    check_params(&params, &["db", "table"])?;
     let (database, table) = (params.get("db").cloned(), params.get("table").cloned());
     if table.is_some() && database.is_none() {
         return Err(ApiError::new(
@@ -60,21 +46,14 @@ pub async fn compact(
             "table needs db: POST /api/v3/compact?db=<database>&table=<table>",
         ));
     }
-    let store = state.store.clone();
     let started = std::time::Instant::now();
-    let summary = tokio::task::spawn_blocking(move || {
+    let summary = run_blocking(&state.store, "compaction", move |store| {
         store.compact_now(quiver_storage::CompactionScope {
             database: database.as_deref(),
             table: table.as_deref(),
         })
     })
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the compaction task did not finish: {e}"),
-        )
-    })??;
+    .await?;
     let mut answer = serde_json::to_value(summary).expect("a summary serializes");
     answer["elapsed_ms"] = json!(started.elapsed().as_secs_f64() * 1e3);
     Ok(Json(answer))

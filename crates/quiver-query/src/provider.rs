@@ -46,7 +46,7 @@ use datafusion::object_store::local::LocalFileSystem;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
@@ -150,7 +150,7 @@ impl TableProvider for QuiverTable {
         let cutoff = self
             .table
             .retention_cutoff_ns(started.timestamp_nanos_opt().unwrap_or(i64::MAX))
-            .filter(|&cutoff| oldest_time(&snapshot).is_some_and(|oldest| oldest < cutoff));
+            .filter(|&cutoff| snapshot.oldest_time().is_some_and(|oldest| oldest < cutoff));
         match cutoff {
             None => self.scan_snapshot(state, &snapshot, projection, filters),
             Some(cutoff) => self.scan_retained(state, &snapshot, (projection, filters), cutoff),
@@ -160,8 +160,8 @@ impl TableProvider for QuiverTable {
 
 impl QuiverTable {
     /// The scan of `snapshot` with only the rows at or after `cutoff` (the retention
-    /// period's start): `time` is read even if the query does not ask for it, filtered, and
-    /// projected away again.
+    /// period's start): `time` is read even if the query does not ask for it, filtered on,
+    /// and projected away again by the filter.
     fn scan_retained(
         &self,
         state: &dyn Session,
@@ -178,33 +178,20 @@ impl QuiverTable {
             wanted.push(time);
         }
         let retained =
-            Expr::Column(datafusion::common::Column::from_name(TIME_COLUMN)).gt_eq(Expr::Literal(
+            datafusion::logical_expr::col(TIME_COLUMN).gt_eq(datafusion::logical_expr::lit(
                 ScalarValue::TimestampNanosecond(Some(cutoff), Some("UTC".into())),
-                None,
             ));
         let mut filters = filters.to_vec();
         filters.push(retained.clone());
         let input = self.scan_snapshot(state, snapshot, Some(&wanted), &filters)?;
         let schema = DFSchema::try_from(input.schema().as_ref().clone())?;
         let predicate = state.create_physical_expr(retained, &schema)?;
-        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, input)?);
-        if !added_time {
-            return Ok(filtered);
-        }
-        let output_schema = filtered.schema();
-        let columns = output_schema
-            .fields()
-            .iter()
-            .enumerate()
-            .take(wanted.len() - 1)
-            .map(|(i, f)| {
-                (
-                    Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>,
-                    f.name().clone(),
-                )
-            })
-            .collect::<Vec<_>>();
-        Ok(Arc::new(ProjectionExec::try_new(columns, filtered)?))
+        // without the `time` column added for the filter
+        let output = added_time.then(|| (0..wanted.len() - 1).collect());
+        let filtered = FilterExecBuilder::new(predicate, input)
+            .apply_projection(output)?
+            .build()?;
+        Ok(Arc::new(filtered))
     }
 
     /// The plan reading `snapshot`'s files and buffer with `projection` and `filters`.
@@ -261,13 +248,6 @@ impl QuiverTable {
             _ => UnionExec::try_new(parts),
         }
     }
-}
-
-/// The smallest `time` the snapshot holds (files by their recorded range), if any.
-fn oldest_time(snapshot: &TableSnapshot) -> Option<i64> {
-    let files = snapshot.files.iter().map(|f| f.entry.min_time_ns);
-    let buffer = snapshot.buffer_time_range().map(|(lo, _)| lo);
-    files.chain(buffer).min()
 }
 
 /// Groups sources whose time ranges overlap (transitively); each group keeps write order.

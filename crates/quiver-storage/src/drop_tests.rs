@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::executor::block_on;
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
-use quiver_model::schema::NoExistingTables;
 
+use super::tests::{all_rows, write};
 use super::*;
 
 fn open(dir: &Path) -> Arc<Store> {
@@ -17,30 +16,9 @@ fn open(dir: &Path) -> Arc<Store> {
         .0
 }
 
-fn write(store: &Store, db: &str, lp: &str) {
-    let options = DecodeOptions::for_tests();
-    let decoded = match store.database(db) {
-        Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
-        None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),
-    };
-    assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
-    block_on(store.write(db, decoded.tables, Durability::Sync)).unwrap();
-}
-
+/// The rows a query of `table` sees (buffer and files, deduplicated).
 fn rows(store: &Store, db: &str, table: &str) -> usize {
-    let snapshot = store
-        .database(db)
-        .unwrap()
-        .table(table)
-        .unwrap()
-        .snapshot()
-        .unwrap();
-    snapshot.num_rows()
-        + snapshot
-            .files
-            .iter()
-            .map(|f| f.entry.rows as usize)
-            .sum::<usize>()
+    all_rows(store, db, table).num_rows()
 }
 
 fn file_paths(store: &Store, db: &str, table: &str) -> Vec<std::path::PathBuf> {

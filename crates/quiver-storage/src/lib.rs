@@ -702,7 +702,8 @@ mod tests {
         block_on(store.write(db, decode(store, db, lp), Durability::Sync))
     }
 
-    fn write(store: &Store, db: &str, lp: &str) -> WriteReceipt {
+    /// Writes line protocol (which must be accepted) to `db`, durably.
+    pub(super) fn write(store: &Store, db: &str, lp: &str) -> WriteReceipt {
         try_write(store, db, lp).unwrap()
     }
 
@@ -858,7 +859,7 @@ mod tests {
 
     /// Every row of a table, buffered and persisted, read back through Parquet and merged
     /// with "later write wins": what a query would see.
-    fn all_rows(store: &Store, db: &str, table: &str) -> arrow::array::RecordBatch {
+    pub(super) fn all_rows(store: &Store, db: &str, table: &str) -> arrow::array::RecordBatch {
         let snapshot = store
             .database(db)
             .unwrap()

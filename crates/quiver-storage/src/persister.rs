@@ -559,45 +559,60 @@ impl Persister {
         if running.is_none() {
             return Err(StorageError::Closed);
         }
-        let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
-        let mut state = self.catalog.lock().clone();
-        let mut expired: Vec<(Arc<Table>, HashSet<u64>)> = Vec::new();
-        for db in databases {
-            let Some(cutoff) = db.retention_period().cutoff_ns(now_ns) else {
-                continue;
-            };
-            let Some(entry) = state.databases.get_mut(db.name()) else {
-                continue;
-            };
-            for (name, table) in entry.tables.iter_mut() {
-                let ids: HashSet<u64> = retention::expired_files(&table.files, cutoff)
-                    .into_iter()
-                    .collect();
-                if ids.is_empty() {
-                    continue;
-                }
-                table.files.retain(|f| !ids.contains(&f.id));
-                if let Some(live) = db.table(name) {
-                    expired.push((live, ids));
-                }
-            }
-        }
+        let expired = self.expired_files(now_ns);
         if expired.is_empty() {
             return Ok(0);
+        }
+        let mut state = self.catalog.lock().clone();
+        for (database, name, _, ids) in &expired {
+            if let Some(entry) = state
+                .databases
+                .get_mut(database)
+                .and_then(|db| db.tables.get_mut(name))
+            {
+                entry.files.retain(|f| !ids.contains(&f.id));
+            }
         }
         catalog::store(&self.data_dir, &state)?;
         *self.catalog.lock() = state;
         drop(running);
         let mut count = 0;
-        for (table, ids) in &expired {
+        for (_, _, table, ids) in &expired {
             count += ids.len();
             self.compactor.retire(table.remove_expired_files(ids));
         }
         self.buffer
-            .notify_listeners(expired.iter().map(|(table, _)| table));
+            .notify_listeners(expired.iter().map(|(_, _, table, _)| table));
         self.compactor.record_expired(count);
         self.compactor.delete_unread(&self.chunk_cache);
         Ok(count)
+    }
+
+    /// The files past their database's retention period at `now_ns`, per existing table
+    /// (database, name, table, file ids); a table being dropped is left to its drop. Reads the
+    /// catalog without copying it: this runs every second.
+    fn expired_files(&self, now_ns: i64) -> Vec<(String, String, Arc<Table>, HashSet<u64>)> {
+        let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
+        let catalog = self.catalog.lock();
+        let mut expired = Vec::new();
+        for db in databases {
+            let Some(cutoff) = db.retention_period().cutoff_ns(now_ns) else {
+                continue;
+            };
+            let Some(entry) = catalog.databases.get(db.name()) else {
+                continue;
+            };
+            for (name, table) in &entry.tables {
+                let Some(live) = db.table(name).filter(|t| t.catalog_id() == table.id) else {
+                    continue;
+                };
+                let ids = retention::expired_files(&table.files, cutoff);
+                if !ids.is_empty() {
+                    expired.push((db.name().to_string(), name.clone(), live, ids));
+                }
+            }
+        }
+        expired
     }
 
     /// Freezes every table's live rows; returns the WAL sequence number they cover, the rows,

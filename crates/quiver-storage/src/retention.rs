@@ -7,6 +7,7 @@
 //! The cutoff is rounded down to a whole second, so queries within one second see the same
 //! rows and the result cache can key on the cutoff.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -177,7 +178,7 @@ impl RetentionCell {
 }
 
 /// The files of `files` whose every row is older than `cutoff_ns`: what retention deletes.
-pub(crate) fn expired_files(files: &[FileEntry], cutoff_ns: i64) -> Vec<u64> {
+pub(crate) fn expired_files(files: &[FileEntry], cutoff_ns: i64) -> HashSet<u64> {
     files
         .iter()
         .filter(|f| f.max_time_ns < cutoff_ns)

@@ -47,6 +47,8 @@ pub struct TableSnapshot {
     pub batches: Vec<RecordBatch>,
     /// The table's Parquet files, in write order.
     pub files: Arc<Vec<Arc<ParquetFile>>>,
+    /// Smallest and largest `time` of `batches`: computed once, read by every scan.
+    buffer_range: Option<(i64, i64)>,
 }
 
 impl TableSnapshot {
@@ -57,7 +59,14 @@ impl TableSnapshot {
 
     /// Smallest and largest `time` of the buffered rows, if there are any.
     pub fn buffer_time_range(&self) -> Option<(i64, i64)> {
-        time_range(&self.batches)
+        self.buffer_range
+    }
+
+    /// The smallest `time` the snapshot holds, buffered or in a file (files by their
+    /// recorded range), if it holds any rows.
+    pub fn oldest_time(&self) -> Option<i64> {
+        let files = self.files.iter().map(|f| f.entry.min_time_ns);
+        files.chain(self.buffer_range.map(|(lo, _)| lo)).min()
     }
 }
 
@@ -247,10 +256,12 @@ impl Table {
         };
         let frozen_chunks = frozen.as_deref().map_or(&[][..], |c| c.as_slice());
         let merged = merge_chunks(&schema, frozen_chunks.iter().chain(&live))?;
+        let batches = vec![merged];
         let snapshot = Arc::new(TableSnapshot {
             version,
             schema,
-            batches: vec![merged],
+            buffer_range: time_range(&batches),
+            batches,
             files,
         });
         let mut state = self.state.write();
@@ -311,10 +322,34 @@ impl Table {
         replaced: &std::collections::HashSet<u64>,
         merged: &[Arc<ParquetFile>],
     ) -> Vec<Arc<ParquetFile>> {
+        self.splice_files(replaced, merged, false)
+    }
+
+    /// Takes files whose rows all expired out of the table; returns them. Unlike a
+    /// compaction this changes the rows (a query with a longer retention period would have
+    /// seen them), so the version moves on.
+    pub(crate) fn remove_expired_files(
+        &self,
+        expired: &std::collections::HashSet<u64>,
+    ) -> Vec<Arc<ParquetFile>> {
+        self.splice_files(expired, &[], true)
+    }
+
+    /// Puts `merged` where the last of `replaced` was, in one step a snapshot sees whole;
+    /// `new_version` if that changes the rows.
+    fn splice_files(
+        &self,
+        replaced: &std::collections::HashSet<u64>,
+        merged: &[Arc<ParquetFile>],
+        new_version: bool,
+    ) -> Vec<Arc<ParquetFile>> {
         let mut state = self.state.write();
         let (files, gone) =
             crate::compaction::splice_merged(&state.files, |f| f.entry.id, replaced, merged);
         state.files = Arc::new(files);
+        if new_version && !gone.is_empty() {
+            state.version = next_version();
+        }
         state.generation += 1;
         state.snapshot = None;
         gone
@@ -339,22 +374,6 @@ impl Table {
         state.generation += 1;
         state.snapshot = None;
         std::mem::take(&mut state.files).as_ref().clone()
-    }
-
-    /// Takes files whose rows all expired out of the table; returns them. Unlike a
-    /// compaction this changes the rows (a query with a longer retention period would have
-    /// seen them), so the version moves on.
-    pub(crate) fn remove_expired_files(
-        &self,
-        expired: &std::collections::HashSet<u64>,
-    ) -> Vec<Arc<ParquetFile>> {
-        let gone = self.replace_files(expired, &[]);
-        if !gone.is_empty() {
-            let mut state = self.state.write();
-            state.version = next_version();
-            state.snapshot = None;
-        }
-        gone
     }
 
     /// Puts frozen chunks back in front of the live ones after a failed persist; returns the
