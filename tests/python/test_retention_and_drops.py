@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import psycopg
+import pytest
 import requests
 
 from conftest import SpawnedServer
@@ -166,6 +168,22 @@ def test_a_dropped_table_leaves_queries_the_cache_and_the_disk(
     assert count(server, "m", "mem") == 1
 
 
+def test_a_prepared_statement_over_a_dropped_table_fails_as_undefined_table(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """PostgreSQL clients keep a statement prepared before the drop: running it afterwards
+    is SQLSTATE 42P01 (what a client branches on), not a planning error."""
+    server = spawn_quiver("--data-dir", "data", cwd=tmp_path)
+    write(server, "m", "cpu,host=a v=1 1")
+    with psycopg.connect(host="127.0.0.1", port=server.pg_port, user="alice", dbname="m",
+                         connect_timeout=10, autocommit=True) as conn:
+        sql = "SELECT count(*) FROM cpu WHERE host = %s"
+        assert conn.execute(sql, ("a",), prepare=True).fetchone() == (1,)
+        response = configure(server, "DELETE", TABLES, params={"db": "m", "table": "cpu"})
+        assert response.status_code == 200, response.text
+        with pytest.raises(psycopg.errors.UndefinedTable, match="cpu"):
+            conn.execute(sql, ("a",), prepare=True)
+
+
 def test_dropping_a_database_while_writing_and_querying(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
     server = spawn_quiver("--data-dir", "data", cwd=tmp_path)
@@ -228,7 +246,7 @@ def test_retention_hides_expired_rows_at_once_and_deletes_expired_files(
     sql = "SELECT count(*) AS n, min(v) AS lo FROM cpu"
     assert query_json(server.http_url, "ret", sql) == [{"n": 4, "lo": 1.0}]
     assert query(server.http_url, "ret", sql).headers["X-Quiver-Cache"] == "HIT"
-    old_files = [p for p in parquet_files(tmp_path / "data", "ret")]
+    old_files = parquet_files(tmp_path / "data", "ret")
     assert len(old_files) == 2, old_files
 
     response = configure(server, "PUT", DATABASES, json={"db": "ret", "retention_period": "1h"})
@@ -236,6 +254,16 @@ def test_retention_hides_expired_rows_at_once_and_deletes_expired_files(
     hidden = query(server.http_url, "ret", sql)
     assert hidden.json() == [{"n": 1, "lo": 3.0}], "expired rows are invisible at once"
     assert hidden.headers["X-Quiver-Cache"] == "MISS"
+    # the cutoff moves in steps (3 s for 1 h): an answer is reused within one, unless the two
+    # queries happen to straddle a step boundary
+    verdicts = []
+    for _ in range(3):
+        repeated = [query(server.http_url, "ret", sql) for _ in range(2)]
+        verdicts.append(repeated[1].headers["X-Quiver-Cache"])
+        assert all(r.json() == [{"n": 1, "lo": 3.0}] for r in repeated)
+        if verdicts[-1] == "HIT":
+            break
+    assert verdicts[-1] == "HIT", verdicts
     assert query_json(server.http_url, "ret", "SELECT v FROM cpu WHERE host = 'b'") == []
     assert query_json(server.http_url, "ret", "SELECT v FROM cpu ORDER BY time") == [{"v": 3.0}]
 

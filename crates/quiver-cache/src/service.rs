@@ -318,10 +318,7 @@ impl QueryService {
         let remember = sql.len() <= MAX_REMEMBERED_SQL_BYTES;
         let text_key = remember.then(|| format!("{database}\0{sql}"));
         if let Some(found) = text_key.as_ref().and_then(|k| self.analyses.get(k)) {
-            // a table it read may have been dropped since: analysed again, that is a 404
-            if found.tables.iter().all(|t| self.table(t).is_some()) {
-                return Ok(found);
-            }
+            return Ok(found);
         }
         let analysis = Arc::new(self.engine.analyze(database, sql).map_err(Arc::new)?);
         if let Some(text_key) = text_key {
@@ -338,7 +335,12 @@ impl QueryService {
         for scanned in tables {
             let table = self.table(scanned)?;
             versions.push((scanned.clone(), table.version()));
-            cutoffs.push(table.retention_cutoff_ns(now_ns));
+            // the cutoff only where it filters something, as the scan applies it
+            let cutoff = match table.retention_cutoff_ns(now_ns) {
+                Some(_) => table.retention_filter_ns(&*table.snapshot().ok()?, now_ns),
+                None => None,
+            };
+            cutoffs.push(cutoff);
         }
         Some((versions, cutoffs))
     }

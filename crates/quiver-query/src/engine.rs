@@ -347,6 +347,11 @@ impl QueryEngine {
         analysis: &QueryAnalysis,
         options: &ExecuteOptions,
     ) -> Result<QueryOutput, QueryError> {
+        // analysed earlier (a remembered or prepared statement): a table may be gone since,
+        // which is the same 404 a fresh analysis gives
+        for table in &analysis.tables {
+            self.check_table_exists(table)?;
+        }
         let mut state = self.context(&analysis.database)?.state();
         if let Some(now) = options.now {
             state.execution_props_mut().query_execution_start_time = Some(now);

@@ -20,7 +20,7 @@
 //! Every filter is reported as `Inexact`, so DataFusion still applies all of them on top.
 //!
 //! Rows older than the database's retention period (measured from the query's start time,
-//! see [`quiver_storage::Table::retention_cutoff_ns`]) are invisible: the cutoff prunes like a
+//! see [`quiver_storage::Table::retention_filter_ns`]) are invisible: the cutoff prunes like a
 //! `time >=` filter and, when some source holds older rows, filters the rows.
 
 use std::fmt;
@@ -147,10 +147,8 @@ impl TableProvider for QuiverTable {
             .execution_props()
             .query_execution_start_time
             .unwrap_or_else(chrono::Utc::now);
-        let cutoff = self
-            .table
-            .retention_cutoff_ns(started.timestamp_nanos_opt().unwrap_or(i64::MAX))
-            .filter(|&cutoff| snapshot.oldest_time().is_some_and(|oldest| oldest < cutoff));
+        let now_ns = started.timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let cutoff = self.table.retention_filter_ns(&snapshot, now_ns);
         match cutoff {
             None => self.scan_snapshot(state, &snapshot, projection, filters),
             Some(cutoff) => self.scan_retained(state, &snapshot, (projection, filters), cutoff),

@@ -270,7 +270,8 @@ fn retention_hides_nothing_in_storage_but_deletes_whole_expired_files() {
     let version = table.version();
     store.set_retention("m", Some(hour)).unwrap();
     let cutoff = table.retention_cutoff_ns(now).unwrap();
-    assert!(cutoff <= now - 3_600_000_000_000 && cutoff > now - 3_601_000_000_000);
+    // 1 h moves in 3 s steps
+    assert!(cutoff <= now - 3_600_000_000_000 && cutoff > now - 3_603_000_000_000);
     // the background maintainer deletes the expired file within about a second
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while store.compaction_stats().unwrap().expired_files == 0 {
@@ -304,7 +305,8 @@ fn retention_hides_nothing_in_storage_but_deletes_whole_expired_files() {
     let (store, _) = Store::open(StoreLimits::default(), options).unwrap();
     let table = store.database("m").unwrap().table("cpu").unwrap();
     let cutoff = table.retention_cutoff_ns(now).unwrap();
-    assert!(cutoff <= now - 7_200_000_000_000 && cutoff > now - 7_201_000_000_000);
+    // 2 h moves in 7 s steps
+    assert!(cutoff <= now - 7_200_000_000_000 && cutoff > now - 7_207_000_000_000);
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! Retention: how long a database keeps its rows. A period is written as InfluxDB 3 writes it
 //! (`30d`, `12h`, `1w2d`, `none`); a database either sets its own or follows the server-wide
 //! `retention_period`. Rows older than `now - period` are invisible to queries at once (the
-//! table scan filters them, see [`crate::Table::retention_cutoff_ns`]); whole Parquet files
+//! table scan filters them, see [`crate::Table::retention_filter_ns`]); whole Parquet files
 //! past it are deleted in the background ([`expired_files`]).
 //!
-//! The cutoff is rounded down to a whole second, so queries within one second see the same
-//! rows and the result cache can key on the cutoff.
+//! The cutoff moves in steps of a thousandth of the period (at least a second, at most an
+//! hour: 43 minutes for `30d`, 36 seconds for `10h`): queries within one step see the same
+//! rows, so the result cache, which keys on the cutoff, keeps an answer that long, and a row
+//! stays visible at most one step past its expiry.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -23,6 +25,9 @@ const MAX_PERIOD: Duration = Duration::from_secs(1000 * 365 * 86_400);
 
 /// Nanoseconds per second: the cutoff's granularity.
 const SECOND_NS: i64 = 1_000_000_000;
+
+/// The longest step the cutoff moves in.
+const MAX_STEP_NS: i64 = 3600 * SECOND_NS;
 
 /// How long rows are kept: a positive duration, or forever (`none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,11 +113,12 @@ impl RetentionPeriod {
         })
     }
 
-    /// The oldest `time` (ns) still visible at `now_ns`, rounded down to a second; `None` when
-    /// rows are kept forever.
+    /// The oldest `time` (ns) still visible at `now_ns`: `now - period` rounded down to the
+    /// period's step (see the module documentation); `None` when rows are kept forever.
     pub fn cutoff_ns(self, now_ns: i64) -> Option<i64> {
         let period = i64::try_from(self.0?.as_nanos()).unwrap_or(i64::MAX);
-        Some(now_ns.saturating_sub(period).div_euclid(SECOND_NS) * SECOND_NS)
+        let step = (period / 1000 / SECOND_NS * SECOND_NS).clamp(SECOND_NS, MAX_STEP_NS);
+        Some(now_ns.saturating_sub(period).div_euclid(step) * step)
     }
 }
 
@@ -252,10 +258,32 @@ mod tests {
     }
 
     #[test]
-    fn the_cutoff_is_a_whole_second_before_now_minus_the_period() {
+    fn the_cutoff_moves_in_steps_of_a_thousandth_of_the_period() {
         let hour = RetentionPeriod::parse("1h").unwrap();
         let now = 10_000 * SECOND_NS + 123;
-        assert_eq!(hour.cutoff_ns(now), Some((10_000 - 3600) * SECOND_NS));
+        // 3.6 s is rounded down to a whole 3 s step
+        assert_eq!(
+            hour.cutoff_ns(now),
+            Some((10_000 - 3600) / 3 * 3 * SECOND_NS)
+        );
+        let second = RetentionPeriod::parse("10m").unwrap();
+        assert_eq!(
+            second.cutoff_ns(now),
+            Some((10_000 - 600) * SECOND_NS),
+            "1 s at least"
+        );
+        let month = RetentionPeriod::parse("30d").unwrap();
+        let now = 40 * 86_400 * SECOND_NS + 5;
+        let cutoff = month.cutoff_ns(now).unwrap();
+        assert_eq!(cutoff % (2592 * SECOND_NS), 0, "43.2 min steps");
+        assert!(cutoff <= now - 30 * 86_400 * SECOND_NS);
+        assert!(cutoff > now - 30 * 86_400 * SECOND_NS - 2592 * SECOND_NS);
+        let decade = RetentionPeriod::parse("3650d").unwrap();
+        assert_eq!(
+            decade.cutoff_ns(now).unwrap() % MAX_STEP_NS,
+            0,
+            "an hour at most"
+        );
         assert_eq!(RetentionPeriod::FOREVER.cutoff_ns(now), None);
         // far before the epoch still works (no overflow)
         let long = RetentionPeriod::parse("52000w").unwrap();

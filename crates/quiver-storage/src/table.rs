@@ -203,16 +203,24 @@ impl Table {
     /// The version: raised by every acknowledged write to this table and whenever a write adds
     /// columns (even before it is acknowledged, as the new columns are visible at once), and
     /// when the table is dropped; never reused, not even by another table of the same name.
-    /// Two reads at one version (and one [`Table::retention_cutoff_ns`]) see the same rows and
+    /// Two reads at one version (and one [`Table::retention_filter_ns`]) see the same rows and
     /// the same schema.
     pub fn version(&self) -> u64 {
         self.state.read().version
     }
 
-    /// The oldest `time` (ns) a query running at `now_ns` may see, rounded down to a second
-    /// (see [`crate::RetentionPeriod::cutoff_ns`]); `None` if the database keeps rows forever.
+    /// The oldest `time` (ns) a query running at `now_ns` may see (see
+    /// [`crate::RetentionPeriod::cutoff_ns`]); `None` if the database keeps rows forever.
     pub fn retention_cutoff_ns(&self, now_ns: i64) -> Option<i64> {
         self.retention.get().cutoff_ns(now_ns)
+    }
+
+    /// The cutoff a read of `snapshot` at `now_ns` must filter rows by: `None` when the
+    /// database keeps rows forever or no row of the snapshot is older than the cutoff. What a
+    /// scan applies and what a cache keys on, so both agree.
+    pub fn retention_filter_ns(&self, snapshot: &TableSnapshot, now_ns: i64) -> Option<i64> {
+        self.retention_cutoff_ns(now_ns)
+            .filter(|&cutoff| snapshot.oldest_time().is_some_and(|oldest| oldest < cutoff))
     }
 
     /// The table's id in the catalog; 0 before its first persist.
