@@ -97,6 +97,16 @@ pub struct FileEntry {
     pub arrow_bytes: u64,
 }
 
+impl TableEntry {
+    /// The columns and their types (an unknown type name is a catalog error).
+    pub fn column_types(&self) -> Result<Vec<(String, ColumnType)>, StorageError> {
+        self.columns
+            .iter()
+            .map(|c| Ok((c.name.clone(), c.column_type()?)))
+            .collect()
+    }
+}
+
 impl FileEntry {
     /// Bytes the file's rows take in memory once read: as recorded, or, for files written
     /// before that was recorded, eight times the file's size (a generous guess).

@@ -168,11 +168,7 @@ pub(crate) fn restore_databases(
             (entry.retention_period, default_retention),
         );
         for (table_name, table) in &entry.tables {
-            let columns = table
-                .columns
-                .iter()
-                .map(|c| Ok((c.name.clone(), c.column_type()?)))
-                .collect::<Result<Vec<_>, StorageError>>()?;
+            let columns = table.column_types()?;
             let files = table
                 .files
                 .iter()

@@ -878,7 +878,7 @@ mod tests {
             chunks.extend(reader.map(Result::unwrap));
         }
         chunks.extend(snapshot.batches.iter().cloned());
-        table::merge_chunks(&snapshot.schema, chunks.iter()).unwrap()
+        table::merge_chunks(&snapshot.schema, chunks).unwrap()
     }
 
     #[test]

@@ -144,7 +144,7 @@ pub(crate) fn write_table_files(
     next_file_id: &AtomicU64,
     threads: usize,
 ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
-    let sorted = merge_chunks(&frozen.schema, frozen.chunks.iter())?;
+    let sorted = merge_chunks(&frozen.schema, frozen.chunks.as_ref().clone())?;
     let partitions = split_by_partition(&sorted, options.partition_ns())?;
     drop(sorted);
     let written = in_parallel(partitions.len(), threads, |k| {
@@ -155,7 +155,7 @@ pub(crate) fn write_table_files(
             id: next_file_id.fetch_add(1, Ordering::Relaxed),
             generation: 0,
         };
-        write_file(data_dir, &file, rows, options).map(|written| vec![written])
+        write_file(data_dir, &file, rows, options).map(|written| [written])
     });
     Ok(all_or_none(written)?.into_iter().flatten().collect())
 }

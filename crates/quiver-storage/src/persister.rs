@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use arrow::compute::take_record_batch;
 use parking_lot::{Mutex, RwLock};
 use quiver_wal::Wal;
 
@@ -251,10 +252,12 @@ impl Persister {
 
     /// Runs one merge and counts it. A failure is an error (retried later), except an
     /// unreadable input: it is quarantined and `None` says the rest goes on without it.
+    /// `None` too when the table was dropped meanwhile (nothing merged, nothing failed).
     fn merge(&self, merge: &Merge) -> Result<Option<CompactionSummary>, StorageError> {
         let started = Instant::now();
         match self.try_merge(merge) {
-            Ok(done) => {
+            Ok(None) => Ok(None),
+            Ok(Some(done)) => {
                 self.compactor.record_success(&done);
                 tracing::info!(
                     database = %merge.database,
@@ -299,11 +302,11 @@ impl Persister {
             .any(|t| t.files.iter().any(|f| f.id == id))
     }
 
-    /// Reads, merges and writes `merge`'s files and swaps them in; on failure nothing it
-    /// wrote stays.
-    fn try_merge(&self, merge: &Merge) -> Result<CompactionSummary, Box<MergeFailure>> {
+    /// Reads, merges and writes `merge`'s files and swaps them in; `None` if the table was
+    /// dropped meanwhile. Unless the files were swapped in, nothing it wrote stays.
+    fn try_merge(&self, merge: &Merge) -> Result<Option<CompactionSummary>, Box<MergeFailure>> {
         let options = &self.compactor.options;
-        let sorted = compaction::read_merged(&self.data_dir, merge, &merge.schema)?;
+        let sorted = compaction::read_merged(&self.data_dir, merge)?;
         let cuts = compaction::time_cuts(&sorted, compaction::target_rows(merge, options))?;
         let first_id = self.reserve_file_ids(cuts.len().max(1) as u64)?;
         let table_dir = format!("{}/{}", merge.database, merge.table_id);
@@ -329,20 +332,21 @@ impl Persister {
             cuts => cuts
                 .iter()
                 .enumerate()
-                .try_for_each(|(k, rows)| write(k, &compaction::piece(&sorted, rows)?)),
+                .try_for_each(|(k, rows)| write(k, &take_record_batch(&sorted, rows)?)),
         };
         drop(sorted);
         let result = result.and_then(|()| self.swap_in(merge, &written));
-        match result {
-            Ok(None) => {
-                for file in &written {
-                    let _ = std::fs::remove_file(&file.path);
-                }
-                Ok(CompactionSummary::default())
+        if !matches!(result, Ok(Some(_))) {
+            for file in &written {
+                // an undeleted one is an orphan, swept at the next start
+                let _ = std::fs::remove_file(&file.path);
             }
-            Ok(Some(replaced)) => {
+        }
+        match result? {
+            None => Ok(None),
+            Some(replaced) => {
                 self.compactor.retire(replaced);
-                Ok(CompactionSummary {
+                Ok(Some(CompactionSummary {
                     compactions: 1,
                     files_in: merge.inputs.len() as u64,
                     files_out: written.len() as u64,
@@ -350,14 +354,7 @@ impl Persister {
                     rows_out: written.iter().map(|f| f.entry.rows).sum(),
                     bytes_in: merge.inputs.iter().map(|f| f.bytes).sum(),
                     bytes_out: written.iter().map(|f| f.entry.bytes).sum(),
-                })
-            }
-            Err(e) => {
-                for file in &written {
-                    // an undeleted one is an orphan, swept at the next start
-                    let _ = std::fs::remove_file(&file.path);
-                }
-                Err(e.into())
+                }))
             }
         }
     }
@@ -402,16 +399,20 @@ impl Persister {
         let (Some(table), Some(entry)) = (table, entry) else {
             return Ok(None);
         };
-        let entry = Some(entry)
-            .filter(|t| {
-                t.files.iter().filter(|f| replaced.contains(&f.id)).count() == replaced.len()
-            })
-            .ok_or_else(|| {
-                StorageError::Catalog(format!(
-                    "table {}.{} changed while its files were compacted",
-                    merge.database, merge.table
-                ))
-            })?;
+        let missing: Vec<&str> = merge
+            .inputs
+            .iter()
+            .filter(|input| !entry.files.iter().any(|f| f.id == input.id))
+            .map(|input| input.path.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(StorageError::Catalog(format!(
+                "table {}.{}: merge inputs {} left the catalog while they were compacted",
+                merge.database,
+                merge.table,
+                missing.join(", ")
+            )));
+        }
         let entries: Vec<FileEntry> = merged.iter().map(|f| f.entry.clone()).collect();
         entry.files = compaction::splice_merged(&entry.files, |f| f.id, &replaced, &entries).0;
         catalog::store(&self.data_dir, &state)?;
@@ -645,18 +646,14 @@ impl Persister {
         files: Vec<Vec<Arc<ParquetFile>>>,
     ) -> PersistSummary {
         let through_seq = state.persisted_through_seq;
+        // the catalog ids were given to the tables as their files were written
         let touched: Vec<(u64, i64)> = frozen
             .iter()
             .zip(&files)
-            .filter_map(|((database, rows), files)| {
-                let table = state
-                    .databases
-                    .get(database)?
-                    .tables
-                    .get(rows.table.name())?;
-                Some(files.iter().map(|f| (table.id, f.entry.partition_start_ns)))
+            .flat_map(|((_, rows), files)| {
+                let id = rows.table.catalog_id();
+                files.iter().map(move |f| (id, f.entry.partition_start_ns))
             })
-            .flatten()
             .collect();
         *self.catalog.lock() = state;
         self.compactor.files_added(touched);

@@ -263,7 +263,8 @@ impl Table {
             )
         };
         let frozen_chunks = frozen.as_deref().map_or(&[][..], |c| c.as_slice());
-        let merged = merge_chunks(&schema, frozen_chunks.iter().chain(&live))?;
+        let chunks = frozen_chunks.iter().chain(&live).cloned().collect();
+        let merged = merge_chunks(&schema, chunks)?;
         let batches = vec![merged];
         let snapshot = Arc::new(TableSnapshot {
             version,
@@ -404,15 +405,18 @@ impl Table {
 }
 
 /// Widens chunks (in write order) to `schema`, concatenates them, sorts by series then time
-/// and applies "later write wins".
-pub(crate) fn merge_chunks<'a>(
+/// and applies "later write wins". The chunks are let go of before the sort: of rows nobody
+/// else holds (a merge's), at most two copies are alive at any moment.
+pub(crate) fn merge_chunks(
     schema: &SchemaRef,
-    chunks: impl Iterator<Item = &'a RecordBatch>,
+    chunks: Vec<RecordBatch>,
 ) -> Result<RecordBatch, StorageError> {
     let aligned = chunks
-        .map(|chunk| align_to_schema(chunk, schema))
+        .into_iter()
+        .map(|chunk| align_to_schema(&chunk, schema))
         .collect::<Result<Vec<_>, _>>()?;
     let merged = arrow::compute::concat_batches(schema, &aligned)?;
+    drop(aligned);
     sort_and_deduplicate(&merged)
 }
 
