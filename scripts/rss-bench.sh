@@ -39,7 +39,11 @@ QUIVER_CHUNK_CACHE_BYTES=$((CHUNK * mib)) QUIVER_CACHE_CAPACITY_BYTES=$((RESULT 
     $BIN/quiver serve --data-dir "$work/data" --http-addr $ADDR --flight-addr 127.0.0.1:18198 \
     --pg-addr 127.0.0.1:18197 2>>"$work/server.log" &
 pid=$!
-for _ in $(seq 100); do curl -sf $URL/health >/dev/null && break; sleep 0.1; done
+started=
+for _ in $(seq 100); do curl -sf $URL/health >/dev/null && started=1 && break; sleep 0.1; done
+if [[ -z "$started" ]]; then
+    echo "server did not start" >&2; cat "$work/server.log" >&2; exit 1
+fi
 (
     while true; do
         for q in "SELECT hostname, avg(usage_user) FROM cpu GROUP BY hostname" \

@@ -193,11 +193,44 @@ def persist(base_url: str) -> dict[str, Any]:
     return response.json()
 
 
-def write_and_persist(base_url: str, db: str, lines: str) -> None:
-    """Writes line protocol (must be accepted) and persists it to Parquet at once."""
+def write_ok(base_url: str, db: str, lines: str) -> None:
+    """Writes line protocol, which must be accepted whole (204)."""
     response = write_lp(base_url, db, lines)
     assert response.status_code == 204, response.text
+
+
+def write_and_persist(base_url: str, db: str, lines: str) -> None:
+    """Writes line protocol (must be accepted) and persists it to Parquet at once."""
+    write_ok(base_url, db, lines)
     persist(base_url)
+
+
+def parquet_files(data_dir: Path, db: str | None = None) -> list[Path]:
+    """The Parquet files under a data directory (of one database if ``db``), sorted."""
+    tables = data_dir / "tables"
+    return sorted((tables / db if db else tables).rglob("*.parquet"))
+
+
+def wait_until(condition: Any, timeout_s: float, what: str) -> None:
+    """Polls ``condition()`` every 0.2 s until it is true; fails naming ``what`` after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.2)
+
+
+def ports_free(ports: tuple[int, ...]) -> bool:
+    """Whether every port in ``ports`` can be bound on 127.0.0.1 now."""
+    for port in ports:
+        with socket.socket() as sock:
+            # as the server binds: connections of an earlier run in TIME_WAIT do not count
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
 
 
 def storage_stats(base_url: str) -> dict[str, Any]:

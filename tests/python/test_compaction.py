@@ -7,7 +7,6 @@ merge in their plan. Bad requests get clear errors and change nothing.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,8 +14,8 @@ import pytest
 import requests
 
 from conftest import DEFAULT_PORTS, SpawnedServer
-from quiver_testlib import query_json, storage_stats, write_and_persist
-from test_data_dir import ports_free
+from quiver_testlib import (parquet_files, ports_free, query_json, storage_stats, wait_until,
+                            write_and_persist)
 
 DB = "compact"
 Spawn = Callable[..., SpawnedServer]
@@ -52,16 +51,19 @@ def plan(server: SpawnedServer, sql: str) -> str:
     return "\n".join(str(row) for row in query_json(server.http_url, DB, f"EXPLAIN {sql}"))
 
 
-def parquet_files(data_dir: Path) -> list[Path]:
-    return sorted(data_dir.rglob("*.parquet"))
+def loaded(spawn_quiver: Spawn, tmp_path: Path,
+           env: dict[str, str] | None = None) -> tuple[SpawnedServer, list[list[dict[str, Any]]]]:
+    """A server on ``data`` (result cache off) with ``load``'s overlapping files, and its
+    answers before any compaction."""
+    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path, env=env)
+    load(server)
+    return server, answers(server)
 
 
 def test_compact_merges_overlapping_files_and_answers_the_same(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
     env = {"QUIVER_COMPACTION_ENABLED": "false"}
-    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path, env=env)
-    load(server)
-    before = answers(server)
+    server, before = loaded(spawn_quiver, tmp_path, env)
     assert before[0] == [{"n": 1000 + (PERSISTS - 1) * 100}], before[0]
     layout = storage(server)
     assert layout["files"] == PERSISTS and layout["max_files_per_partition"] == PERSISTS, layout
@@ -92,9 +94,7 @@ def test_compact_merges_overlapping_files_and_answers_the_same(
 
 def test_compact_rejects_bad_requests_and_keeps_the_data(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
-    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path)
-    load(server)
-    before = answers(server)
+    server, before = loaded(spawn_quiver, tmp_path)
     url = f"{server.http_url}/api/v3/compact"
     cases = [
         ({"db": "missing"}, 404, 'database "missing" does not exist'),
@@ -115,13 +115,9 @@ def test_compact_rejects_bad_requests_and_keeps_the_data(
 
 def test_background_compaction_settles_an_idle_partition(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
-    env = {"QUIVER_COMPACTION_IDLE_SECS": "1"}
-    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path, env=env)
-    load(server)
-    before = answers(server)
-    deadline = time.monotonic() + 30
-    while storage(server)["max_files_per_partition"] > 1 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    server, before = loaded(spawn_quiver, tmp_path, {"QUIVER_COMPACTION_IDLE_SECS": "1"})
+    wait_until(lambda: storage(server)["max_files_per_partition"] <= 1, 30,
+               "the idle partition to be settled")
     layout = storage(server)
     assert layout["max_files_per_partition"] == 1, layout
     assert layout["compactions"] >= 1 and layout["failures"] == 0, layout
@@ -145,19 +141,15 @@ def test_the_readme_serve_command_compacts_in_the_background(
         lines = "".join(f"cpu,host=h{i % 10} usage={i}.5,load={part}i {(part * 1000 + i) * 10**9}\n"
                         for i in range(1000))
         write_and_persist(server.http_url, DB, lines)
-    deadline = time.monotonic() + 30
-    while storage(server)["compactions"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: storage(server)["compactions"] > 0, 30, "a background compaction")
     layout = storage(server)
     assert layout["compactions"] >= 1 and layout["failures"] == 0, layout
     assert layout["max_files_per_partition"] <= 10, layout
     before = answers(server)
     assert before[0] == [{"n": 12_000}], before[0]
     data_dir = cwd / "quiver-data"
-    deadline = time.monotonic() + 10
-    while len(parquet_files(data_dir)) != layout["files"] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert len(parquet_files(data_dir)) == storage(server)["files"]
+    wait_until(lambda: len(parquet_files(data_dir)) == storage(server)["files"], 10,
+               "replaced files to be deleted")
     assert server.stop() == 0, server.log()
     server = spawn_quiver(cwd=cwd, default_ports=True)
     assert answers(server) == before

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +27,8 @@ import pytest
 import requests
 
 from conftest import DEFAULT_PORTS, SpawnedServer
-from quiver_testlib import persist as persist_now, write_lp
+from quiver_testlib import parquet_files, ports_free, write_ok
+from quiver_testlib import persist as persist_now
 
 DB = "metrics"
 DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
@@ -81,8 +81,7 @@ def persist(server: SpawnedServer) -> dict[str, Any]:
 
 
 def write(server: SpawnedServer, lines: str = LINES, db: str = DB) -> None:
-    response = write_lp(server.http_url, db, lines)
-    assert response.status_code == 204, response.text
+    write_ok(server.http_url, db, lines)
 
 
 def assert_every_protocol_reads(server: SpawnedServer, round_: int) -> None:
@@ -90,10 +89,6 @@ def assert_every_protocol_reads(server: SpawnedServer, round_: int) -> None:
     assert http_rows(server, sql(3 * round_)) == ROWS
     assert pg_rows(server, sql(3 * round_ + 1)) == ROWS
     assert flight_rows(server, sql(3 * round_ + 2)) == ROWS
-
-
-def parquet_files(data_dir: Path) -> list[Path]:
-    return sorted((data_dir / "tables").rglob("*.parquet"))
 
 
 def write_persist_restart_read(spawn: Spawn, cwd: Path, data_dir: Path, *args: str,
@@ -117,18 +112,6 @@ def write_persist_restart_read(spawn: Spawn, cwd: Path, data_dir: Path, *args: s
     assert http_rows(again, sql(100)) == [("a", 13.5, 8), ("b", 7.25, 4)]
     assert len(parquet_files(data_dir)) == 2
     assert again.stop() == 0, again.log()
-
-
-def ports_free(ports: tuple[int, ...]) -> bool:
-    for port in ports:
-        with socket.socket() as sock:
-            # as the server binds: connections of an earlier run in TIME_WAIT do not count
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
 
 
 def test_the_readme_serve_command_with_nothing_but_defaults(spawn_quiver: Spawn,

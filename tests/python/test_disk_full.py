@@ -4,12 +4,13 @@ leaves no partial file behind, changes no answer and loses nothing; once space i
 compaction succeeds, and a restart reads the same rows.
 
 Mounting a tmpfs needs root (``CAP_SYS_ADMIN``); where that is refused the test is skipped
-and says so.
+and says so, unless ``QUIVER_TEST_REQUIRE_TMPFS=1`` (set by CI) makes that a failure.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 import requests
 
 from conftest import SpawnedServer
-from quiver_testlib import query_json, storage_stats, write_and_persist
+from quiver_testlib import parquet_files, query_json, storage_stats, write_and_persist
 
 Spawn = Callable[..., SpawnedServer]
 DB = "full"
@@ -37,7 +38,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount_point)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs root")
+        reason = f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs root"
+        if os.environ.get("QUIVER_TEST_REQUIRE_TMPFS") == "1":
+            pytest.fail(reason + "; QUIVER_TEST_REQUIRE_TMPFS=1 (CI) requires this test to run")
+        pytest.skip(reason)
     try:
         yield mount_point
     finally:
@@ -65,10 +69,6 @@ def fill(path: Path) -> None:
 
 def answers(server: SpawnedServer) -> list[list[dict[str, Any]]]:
     return [query_json(server.http_url, DB, sql) for sql in QUERIES]
-
-
-def parquet_files(data_dir: Path) -> list[Path]:
-    return sorted(data_dir.rglob("*.parquet"))
 
 
 def test_a_compaction_on_a_full_disk_fails_cleanly_and_succeeds_later(

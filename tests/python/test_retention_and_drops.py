@@ -18,8 +18,9 @@ import psycopg
 import pytest
 import requests
 
-from conftest import SpawnedServer
-from quiver_testlib import persist, query, query_json, storage_stats, write_lp
+from conftest import DEFAULT_PORTS, SpawnedServer
+from quiver_testlib import (parquet_files, persist, ports_free, query, query_json, storage_stats,
+                            wait_until, write_lp, write_ok)
 
 Spawn = Callable[..., SpawnedServer]
 DATABASES = "/api/v3/configure/database"
@@ -39,16 +40,11 @@ def configure(server: SpawnedServer, method: str, path: str, **kwargs: Any) -> r
 
 
 def write(server: SpawnedServer, db: str, lines: str) -> None:
-    response = write_lp(server.http_url, db, lines)
-    assert response.status_code == 204, response.text
+    write_ok(server.http_url, db, lines)
 
 
 def count(server: SpawnedServer, db: str, table: str = "cpu") -> int:
     return query_json(server.http_url, db, f"SELECT count(*) AS n FROM {table}")[0]["n"]
-
-
-def parquet_files(data_dir: Path, db: str) -> list[Path]:
-    return sorted((data_dir / "tables" / db).rglob("*.parquet"))
 
 
 def test_databases_are_created_listed_changed_and_dropped_durably(
@@ -113,15 +109,18 @@ def test_bad_configuration_requests_get_clear_errors_and_change_nothing(
         ("PUT", DATABASES, {"json": {"db": "keep", "retention_period": "-1h"}}, 400,
          "invalid retention period"),
         ("GET", DATABASES, {"params": {"format": "csv"}}, 400, "unsupported format"),
-        ("DELETE", DATABASES, {}, 400, "db is required"),
+        ("DELETE", DATABASES, {}, 400, 'missing query parameter "db"'),
         ("DELETE", DATABASES, {"params": {"db": "nope"}}, 404, "does not exist"),
         ("DELETE", DATABASES, {"params": {"db": "keep", "force": "1"}}, 400, "unknown parameter"),
         ("DELETE", DATABASES, {"params": {"db": "bad name"}}, 400, "invalid database name"),
-        ("DELETE", TABLES, {"params": {"db": "keep"}}, 400, "table is required"),
-        ("DELETE", TABLES, {"params": {"table": "cpu"}}, 400, "db is required"),
+        ("DELETE", TABLES, {"params": {"db": "keep"}}, 400, 'missing query parameter "table"'),
+        ("DELETE", TABLES, {"params": {"table": "cpu"}}, 400, 'missing query parameter "db"'),
         ("DELETE", TABLES, {"params": {"db": "keep", "table": "nope"}}, 404, "does not exist"),
         ("DELETE", TABLES, {"params": {"db": "nope", "table": "cpu"}}, 404, "does not exist"),
-        ("DELETE", TABLES, {"params": {"db": "keep", "table": ""}}, 400, "invalid table name"),
+        ("DELETE", TABLES, {"params": {"db": "keep", "table": " "}}, 400,
+         'missing query parameter "table"'),
+        ("DELETE", TABLES, {"params": {"db": "keep", "table": "t" * 513}}, 400,
+         "invalid table name"),
         ("POST", TABLES, {"params": {"db": "keep", "table": "cpu"}}, 405, None),
     ]
     for method, path, kwargs, status, message in cases:
@@ -267,10 +266,8 @@ def test_retention_hides_expired_rows_at_once_and_deletes_expired_files(
     assert query_json(server.http_url, "ret", "SELECT v FROM cpu WHERE host = 'b'") == []
     assert query_json(server.http_url, "ret", "SELECT v FROM cpu ORDER BY time") == [{"v": 3.0}]
 
-    deadline = time.monotonic() + 30
-    while storage_stats(server.http_url)["compaction"]["expired_files"] < 1:
-        assert time.monotonic() < deadline, storage_stats(server.http_url)
-        time.sleep(0.2)
+    wait_until(lambda: storage_stats(server.http_url)["compaction"]["expired_files"] >= 1, 30,
+               "the expired file to be deleted")
     remaining = parquet_files(tmp_path / "data", "ret")
     assert len(remaining) == 1, "the file of three days ago is deleted, today's stays"
 
@@ -304,3 +301,33 @@ def test_the_server_default_retention_applies_to_databases_without_their_own(
     assert listed["follows"]["retention_period"] == "1h"
     assert listed["follows"]["retention_period_source"] == "server"
     assert listed["forever"]["retention_period"] == "none"
+
+
+def test_the_readme_serve_command_drops_and_expires_in_its_own_data_directory(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """The README's command (no flags: ./quiver-data, default ports and limits): a dropped
+    table's files leave ./quiver-data, an expired file too, and both stay gone after a
+    restart."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
+    cwd = tmp_path / "fresh"
+    cwd.mkdir()
+    data_dir = cwd / "quiver-data"
+    server = spawn_quiver(cwd=cwd, default_ports=True)
+    now = time.time_ns()
+    write(server, "m", f"cpu v=1 {now}\nmem v=1 {now - 3 * DAY_NS}\nmem v=2 {now}")
+    persist(server.http_url)
+    assert len(parquet_files(data_dir, "m")) == 3
+    response = configure(server, "DELETE", TABLES, params={"db": "m", "table": "cpu"})
+    assert response.status_code == 200, response.text
+    response = configure(server, "PUT", DATABASES, json={"db": "m", "retention_period": "1d"})
+    assert response.status_code == 200, response.text
+    wait_until(lambda: len(parquet_files(data_dir, "m")) == 1, 30,
+               "the dropped and the expired file to leave ./quiver-data")
+    assert count(server, "m", "mem") == 1
+    assert server.stop() == 0, server.log()
+    server = spawn_quiver(cwd=cwd, default_ports=True)
+    assert len(parquet_files(data_dir, "m")) == 1
+    assert count(server, "m", "mem") == 1
+    assert query(server.http_url, "m", "SELECT * FROM cpu").status_code == 404
+    assert databases(server)["m"]["retention_period"] == "1d"

@@ -9,14 +9,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::Json;
 use quiver_storage::{RetentionPeriod, StorageError, Store};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::blocking::run_blocking;
 use super::error::ApiError;
-use super::store_task::{check_params, required, run_blocking};
+use super::params::{check_params, required};
 use super::AppState;
 
 /// The body of `POST` and `PUT /api/v3/configure/database`.
@@ -32,13 +32,10 @@ struct DatabaseRequest {
 impl DatabaseRequest {
     fn parse(body: &[u8]) -> Result<Self, ApiError> {
         serde_json::from_slice(body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "invalid request body: {e}; expected JSON such as \
+            ApiError::bad_request(format!(
+                "invalid request body: {e}; expected JSON such as \
                      {{\"db\": \"metrics\", \"retention_period\": \"30d\"}}"
-                ),
-            )
+            ))
         })
     }
 
@@ -67,8 +64,7 @@ pub async fn update_database(
 ) -> Result<Json<Value>, ApiError> {
     let request = DatabaseRequest::parse(&body)?;
     if request.retention_period.is_none() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
+        return Err(ApiError::bad_request(
             "retention_period is required: a duration such as \"30d\", or \"none\"",
         ));
     }
@@ -98,10 +94,9 @@ pub async fn list_databases(
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &["format"])?;
     if let Some(format) = params.get("format").filter(|f| f.as_str() != "json") {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("unsupported format {format:?}: the database list is JSON"),
-        ));
+        return Err(ApiError::bad_request(format!(
+            "unsupported format {format:?}: the database list is JSON"
+        )));
     }
     let store = &state.store;
     let databases = store
@@ -118,11 +113,7 @@ pub async fn delete_database(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &["db"])?;
-    let db = required(
-        &params,
-        "db",
-        "DELETE /api/v3/configure/database?db=<database>",
-    )?;
+    let db = required(&params, "db")?;
     let name = db.clone();
     run_blocking(&state.store, "drop", move |store| {
         store.drop_database(&name)
@@ -137,9 +128,8 @@ pub async fn delete_table(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &["db", "table"])?;
-    let usage = "DELETE /api/v3/configure/table?db=<database>&table=<table>";
-    let db = required(&params, "db", usage)?;
-    let table = required(&params, "table", usage)?;
+    let db = required(&params, "db")?;
+    let table = required(&params, "table")?;
     let (name, table_name) = (db.clone(), table.clone());
     run_blocking(&state.store, "drop", move |store| {
         store.drop_table(&name, &table_name)

@@ -4,14 +4,15 @@
 //! it to the store or the result cache, and maps their errors to statuses by kind
 //! ([`status_of`]); it knows nothing of the other protocols.
 
+mod blocking;
 mod body;
 mod cache;
 mod configure;
 mod error;
 pub mod format;
+mod params;
 mod query;
 mod storage;
-mod store_task;
 mod write;
 mod write_arrow;
 mod write_msgpack;

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::blocking::run_blocking;
 use super::error::ApiError;
-use super::store_task::{check_params, run_blocking};
+use super::params::check_params;
 use super::AppState;
 use quiver_storage::Store;
 
@@ -41,8 +41,7 @@ pub async fn compact(
     check_params(&params, &["db", "table"])?;
     let (database, table) = (params.get("db").cloned(), params.get("table").cloned());
     if table.is_some() && database.is_none() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
+        return Err(ApiError::bad_request(
             "table needs db: POST /api/v3/compact?db=<database>&table=<table>",
         ));
     }

@@ -17,8 +17,10 @@ use quiver_model::schema::{DecodedTable, NoExistingTables};
 use quiver_storage::Durability;
 use serde_json::json;
 
+use super::blocking::off_the_workers;
 use super::body::{decode_content, read_raw_body};
 use super::error::ApiError;
+use super::params::required;
 use super::AppState;
 
 /// `POST /api/v3/write_lp?db=&precision=&accept_partial=&no_sync=`
@@ -77,15 +79,6 @@ struct WriteRequest {
     durability: Durability,
 }
 
-pub(super) fn required(params: &HashMap<String, String>, name: &str) -> Result<String, ApiError> {
-    match params.get(name).map(|s| s.trim()) {
-        Some(value) if !value.is_empty() => Ok(value.to_string()),
-        _ => Err(ApiError::bad_request(format!(
-            "missing query parameter {name:?}"
-        ))),
-    }
-}
-
 fn precision(params: &HashMap<String, String>, default: Precision) -> Result<Precision, ApiError> {
     match params.get("precision") {
         None => Ok(default),
@@ -115,18 +108,6 @@ pub(super) fn durability(params: &HashMap<String, String>) -> Result<Durability,
     } else {
         Durability::Sync
     })
-}
-
-/// Runs CPU work of a request (decompressing, decoding) off the async workers.
-pub(super) async fn off_the_workers<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("decoding task failed: {e}"),
-        )
-    })?
 }
 
 /// Writes a request's decoded tables to `database` as one write (nothing when there are
@@ -167,7 +148,7 @@ async fn write(
     let store = app.store.clone();
     let database = request.database.clone();
     let (headers, limit) = (headers.clone(), app.limits.max_request_bytes);
-    let mut decoded = off_the_workers(move || {
+    let mut decoded = off_the_workers("decoding", move || {
         let body = decode_content(&headers, raw, limit)?;
         Ok(match store.database(&database) {
             Some(db) => decode_line_protocol(&body, &options, db.as_ref()),

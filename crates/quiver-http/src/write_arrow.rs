@@ -20,9 +20,11 @@ use axum::response::Response;
 use quiver_ingest::arrow_ipc::decode_ipc_stream;
 use quiver_model::schema::DecodedTable;
 
+use super::blocking::off_the_workers;
 use super::body::read_body;
 use super::error::ApiError;
-use super::write::{durability, off_the_workers, required, write_all_or_nothing};
+use super::params::required;
+use super::write::{durability, write_all_or_nothing};
 use super::AppState;
 
 /// `POST /api/v3/write_arrow?db=&table=&no_sync=`
@@ -53,7 +55,8 @@ pub async fn write_arrow(
     }
     let bytes = read_body(&headers, body, app.limits.max_request_bytes).await?;
     let max_bytes = app.limits.max_request_bytes;
-    let tables = off_the_workers(move || decode_stream(&table, bytes, max_bytes)).await?;
+    let tables =
+        off_the_workers("decoding", move || decode_stream(&table, bytes, max_bytes)).await?;
     write_all_or_nothing(&app, &database, tables, durability).await
 }
 

@@ -88,13 +88,19 @@ async fn sustained_ingest_stays_within_the_buffer_bound() {
     assert!(persists >= 8, "{persists} persists");
     let compactions = log.matches("compacted files").count();
     eprintln!("{compactions} compactions");
+    // a merge may hold its rows twice; without one, no allowance
+    let merging = if compactions > 0 {
+        2 * MAX_MERGE_BYTES
+    } else {
+        0
+    };
     assert!(
-        peak <= MAX_BUFFER_BYTES + 2 * MAX_MERGE_BYTES + BASELINE_BYTES,
-        "peak RSS {} MiB exceeds the buffer bound {} MiB + twice the merge bound {} MiB + \
+        peak <= MAX_BUFFER_BYTES + merging + BASELINE_BYTES,
+        "peak RSS {} MiB exceeds the buffer bound {} MiB + the merge allowance {} MiB + \
          baseline {} MiB",
         peak >> 20,
         MAX_BUFFER_BYTES >> 20,
-        MAX_MERGE_BYTES >> 20,
+        merging >> 20,
         BASELINE_BYTES >> 20
     );
     let rows = server
