@@ -17,12 +17,40 @@ ROOT = Path(__file__).resolve().parents[1]
 RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 ADDR = "127.0.0.1:18089"
 URL = f"http://{ADDR}"
+TIMEOUT_S = 600
 
 
 def query(db: str, sql: str) -> list[dict]:
-    r = requests.get(f"{URL}/api/v3/query_sql", params={"db": db, "q": sql, "format": "json"})
+    r = requests.get(f"{URL}/api/v3/query_sql", params={"db": db, "q": sql, "format": "json"},
+                     timeout=TIMEOUT_S)
     r.raise_for_status()
     return r.json()
+
+
+def write(db: str, body: str, session: requests.Session | None = None) -> None:
+    """Writes line protocol (nanosecond times), which must be accepted whole."""
+    r = (session or requests).post(f"{URL}/api/v3/write_lp", params={"db": db, "precision": "ns"},
+                                   data=body.encode(), timeout=TIMEOUT_S)
+    assert r.status_code == 204, r.text
+
+
+def persist() -> dict:
+    """Persists the write buffer now; returns what the server says it wrote."""
+    r = requests.post(f"{URL}/api/v3/persist", timeout=TIMEOUT_S)
+    r.raise_for_status()
+    return r.json()
+
+
+def storage() -> dict:
+    """The server's storage counters (WAL, persistence, compaction, chunk cache)."""
+    r = requests.get(f"{URL}/api/v3/storage", timeout=TIMEOUT_S)
+    r.raise_for_status()
+    return r.json()
+
+
+def timed_all(db: str, queries: dict[str, str], runs: int) -> dict[str, float]:
+    """Each query's median milliseconds (see `timed`)."""
+    return {name: timed(db, sql, runs) for name, sql in queries.items()}
 
 
 def timed(db: str, sql: str, runs: int) -> float:
@@ -50,11 +78,13 @@ def start(data_dir: str, **settings: str) -> subprocess.Popen:
         [RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR], env=env)
     for _ in range(100):
         try:
-            if requests.get(f"{URL}/health").ok:
+            if requests.get(f"{URL}/health", timeout=1).ok:
                 return server
         except requests.ConnectionError:
             time.sleep(0.1)
-    raise RuntimeError("the server did not start")
+    stop(server)
+    raise RuntimeError(f"the server did not start on {ADDR} (exit code {server.returncode}; "
+                       "its errors are above)")
 
 
 def stop(server: subprocess.Popen) -> None:
@@ -67,6 +97,6 @@ def timed_on(data_dir: str, db: str, queries: dict[str, str], runs: int,
     """Each query's median time on a server started on `data_dir` with `settings`."""
     server = start(data_dir, **settings)
     try:
-        return {name: timed(db, sql, runs) for name, sql in queries.items()}
+        return timed_all(db, queries, runs)
     finally:
         stop(server)

@@ -22,9 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
-from benchlib import URL, query, start, stop, timed
+from benchlib import persist, query, start, stop, timed_all, write
 
 DB = "bloom"
 DAY_S = 86_400
@@ -46,11 +44,9 @@ def load(series: list[tuple[str, str]], days: int, step: int) -> float:
                 t = (start_s + day * DAY_S + minute) * 10**9
                 lines.extend(f"k,host={h},container={c} v={(hash(c) + minute) % 1000} {t}"
                              for h, c in series)
-            r = requests.post(f"{URL}/api/v3/write_lp", params={"db": DB},
-                              data="\n".join(lines).encode())
-            r.raise_for_status()
+            write(DB, "\n".join(lines))
         began = time.perf_counter()
-        requests.post(f"{URL}/api/v3/persist").raise_for_status()
+        persist()
         persisting += time.perf_counter() - began
     return persisting
 
@@ -81,7 +77,7 @@ def main() -> None:
             server = start(data_dir, parquet_bloom_filters=bloom, compaction_enabled="false")
             try:
                 persisting = load(series, args.days, args.step)
-                times = {name: timed(DB, sql, args.runs) for name, sql in queries.items()}
+                times = timed_all(DB, queries, args.runs)
                 answers[bloom] = [query(DB, sql) for sql in queries.values()]
                 rows = query(DB, "SELECT count(*) AS n FROM k")[0]["n"]
             finally:

@@ -26,7 +26,7 @@ import time
 
 import requests
 
-from benchlib import URL, query, start, stop, timed
+from benchlib import URL, persist, query, start, stop, storage, timed_all, write
 
 T0 = 1_795_478_400 * 10**9  # 2026-11-24T00:00:00Z: every row in one day partition
 QUERIES = {
@@ -46,25 +46,16 @@ def lines(first_point: int, points: int) -> str:
         for p in range(first_point, first_point + points) for h in range(100))
 
 
-def write(session: requests.Session, db: str, body: str) -> None:
-    r = session.post(f"{URL}/api/v3/write_lp", params={"db": db, "precision": "ns"}, data=body)
-    assert r.status_code == 204, r.text
-
-
-def persist(session: requests.Session) -> None:
-    session.post(f"{URL}/api/v3/persist").raise_for_status()
-
-
 def layout() -> dict:
-    return requests.get(f"{URL}/api/v3/storage").json()["compaction"]
+    return storage()["compaction"]
 
 
 def chunk_misses() -> int:
-    return requests.get(f"{URL}/api/v3/storage").json()["chunk_cache"]["misses"]
+    return storage()["chunk_cache"]["misses"]
 
 
 def times(db: str, runs: int) -> dict[str, float]:
-    return {name: timed(db, sql, runs) for name, sql in QUERIES.items()}
+    return timed_all(db, QUERIES, runs)
 
 
 def settle() -> dict:
@@ -92,12 +83,12 @@ def main() -> None:
             session = requests.Session()
             started = time.perf_counter()
             for i in range(args.persists):
-                write(session, "many", lines(i * args.points, args.points))
-                persist(session)
+                write("many", lines(i * args.points, args.points), session)
+                persist()
             load_secs = time.perf_counter() - started
             for i in range(0, args.persists, 100):
-                write(session, "single", lines(i * args.points, args.points * 100))
-            persist(session)
+                write("single", lines(i * args.points, args.points * 100), session)
+            persist()
             results["single file"] = (1, times("single", args.runs))
             files = layout()["max_files_per_partition"]
             before = chunk_misses()

@@ -22,7 +22,7 @@ import tempfile
 
 import requests
 
-from benchlib import URL, start, stop
+from benchlib import persist, start, stop, write
 
 
 def load(tables: int, rows: int, days: int) -> None:
@@ -34,9 +34,7 @@ def load(tables: int, rows: int, days: int) -> None:
                 f"t{table},host=h{i % 100} a={i}.5,b={i % 7}i,c={i * 3}.25,d={i % 13},e={i}i "
                 f"{1_795_478_400 * 10**9 + i * step}\n"
                 for i in range(first, min(first + 50_000, rows)))
-            r = session.post(f"{URL}/api/v3/write_lp", params={"db": "p", "precision": "ns"},
-                             data=body)
-            assert r.status_code == 204, r.text
+            write("p", body, session)
 
 
 def persist_ms(threads: str, tables: int, rows: int, days: int) -> tuple[float, dict]:
@@ -44,7 +42,7 @@ def persist_ms(threads: str, tables: int, rows: int, days: int) -> tuple[float, 
         server = start(f"{tmp}/data", persist_threads=threads)
         try:
             load(tables, rows, days)
-            answer = requests.post(f"{URL}/api/v3/persist").json()
+            answer = persist()
             return answer["elapsed_ms"], answer
         finally:
             stop(server)
