@@ -21,7 +21,6 @@ trait KeptKey: Any + Debug + Send + Sync {}
 
 impl<K: EncodingKey> KeptKey for K {}
 
-/// True if `kept` is `key` (of the same type and equal).
 /// Most encodings one entry keeps: a PostgreSQL client picks text or binary per column, so
 /// without a bound one answer could be kept in one encoding per combination.
 pub const MAX_ENCODINGS_PER_ENTRY: usize = 8;
@@ -30,6 +29,7 @@ pub const MAX_ENCODINGS_PER_ENTRY: usize = 8;
 /// encodings of empty answers count too.
 const ENCODING_OVERHEAD_BYTES: usize = 64;
 
+/// True if `kept` is `key` (of the same type and equal).
 fn is_key<K: EncodingKey>(kept: &dyn KeptKey, key: &K) -> bool {
     (kept as &dyn Any).downcast_ref::<K>() == Some(key)
 }

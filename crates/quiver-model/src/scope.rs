@@ -46,16 +46,13 @@ impl AccessScope {
     }
 }
 
-/// 16 random bytes chosen once per process (from the OS-seeded keys of the standard
-/// library's `RandomState`), so credential digests differ from one run to the next.
+/// 16 random bytes from the operating system, chosen once per process, so credential
+/// digests differ from one run to the next.
 fn process_salt() -> &'static [u8; 16] {
     static SALT: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
     SALT.get_or_init(|| {
-        use std::hash::BuildHasher;
-        let random = || std::collections::hash_map::RandomState::new().hash_one(0u8);
         let mut salt = [0u8; 16];
-        salt[..8].copy_from_slice(&random().to_le_bytes());
-        salt[8..].copy_from_slice(&random().to_le_bytes());
+        getrandom::fill(&mut salt).expect("the operating system provides random bytes");
         salt
     })
 }

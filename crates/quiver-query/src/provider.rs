@@ -510,8 +510,8 @@ fn is_time_range(expr: &Expr) -> bool {
     }
 }
 
-/// A file as the data store addresses it: by its catalog-relative path.
-/// The scan's description of `file`, holding the file itself: compaction deletes a replaced
+/// A file as the data store addresses it (by its catalog-relative path), holding the file
+/// itself: compaction deletes a replaced
 /// file only once nothing holds it, so a running scan never loses its files (its readers keep
 /// the hold too, see [`CachedChunkReaderFactory`]).
 fn partitioned_file(file: &Arc<ParquetFile>) -> PartitionedFile {

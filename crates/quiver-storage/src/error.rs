@@ -102,6 +102,9 @@ pub enum StorageError {
         /// What exists, e.g. `database "metrics"`.
         what: String,
     },
+    /// A compaction was asked for while an asked-for one still runs.
+    #[error("a requested compaction is already running; ask again once it has finished")]
+    CompactionRunning,
     /// A retention period that is not a positive duration such as `30d`, or `none`.
     #[error("invalid retention period {value:?}: {reason}")]
     InvalidRetention {
@@ -149,7 +152,9 @@ impl Classify for StorageError {
             | StorageError::SchemaConflict { .. }
             | StorageError::UnsupportedColumn { .. }
             | StorageError::InvalidRetention { .. } => ErrorKind::Invalid,
-            StorageError::AlreadyExists { .. } => ErrorKind::Conflict,
+            StorageError::AlreadyExists { .. } | StorageError::CompactionRunning => {
+                ErrorKind::Conflict
+            }
             StorageError::NotFound { .. } => ErrorKind::NotFound,
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }

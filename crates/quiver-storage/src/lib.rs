@@ -177,6 +177,9 @@ pub struct Store {
     /// Held by each change to the set of databases and tables or their settings (create,
     /// drop, retention), start to end: one at a time.
     ddl: Mutex<()>,
+    /// Held while a requested compaction runs: a second request fails at once instead of
+    /// holding a thread while it waits.
+    requested_compaction: Mutex<()>,
 }
 
 impl Default for Store {
@@ -198,6 +201,7 @@ impl Store {
             chunk_cache: Arc::new(ChunkCache::new(0)),
             default_retention: RetentionPeriod::FOREVER,
             ddl: Mutex::new(()),
+            requested_compaction: Mutex::new(()),
         }
     }
 
@@ -254,6 +258,7 @@ impl Store {
             chunk_cache,
             default_retention,
             ddl: Mutex::new(()),
+            requested_compaction: Mutex::new(()),
         });
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
@@ -632,7 +637,9 @@ impl Store {
     /// Merges the files of every partition in `scope` that has small or overlapping files
     /// now, whatever the idle time (the background compactor waits for
     /// `compaction_idle_secs`); returns what it did. Fails with [`StorageError::NotFound`] if
-    /// the scope names a database or table without files or buffered rows.
+    /// the scope names a database or table without files or buffered rows, and with
+    /// [`StorageError::CompactionRunning`] while another requested compaction runs (so
+    /// requests never pile up waiting; the background compactor's merges wait their turn).
     pub fn compact_now(
         &self,
         scope: CompactionScope<'_>,
@@ -651,6 +658,9 @@ impl Store {
                 });
             }
         }
+        let Some(_one_request_at_a_time) = self.requested_compaction.try_lock() else {
+            return Err(StorageError::CompactionRunning);
+        };
         match &self.persister {
             Some(persister) => persister.compact(scope, true),
             None => Ok(CompactionSummary::default()),
@@ -716,6 +726,21 @@ mod tests {
             .snapshot()
             .unwrap()
             .num_rows()
+    }
+
+    #[test]
+    fn a_second_requested_compaction_is_refused_while_one_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = open(dir.path());
+        write(&store, "m", "cpu v=1 1");
+        let running = store.requested_compaction.lock();
+        let refused = store.compact_now(CompactionScope::default());
+        assert!(
+            matches!(refused, Err(StorageError::CompactionRunning)),
+            "{refused:?}"
+        );
+        drop(running);
+        store.compact_now(CompactionScope::default()).unwrap();
     }
 
     #[test]

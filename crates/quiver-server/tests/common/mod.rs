@@ -51,15 +51,16 @@ impl Server {
     /// A port found free can be taken by another test before the server binds it; the server
     /// is then started again on other ports (a few times).
     pub async fn start_in(data_dir: Option<&Path>, env: &[(&str, &str)]) -> Server {
+        let mut last_log = String::new();
         for _ in 0..4 {
             let mut server = Server::spawn(data_dir, env);
             match server.started().await {
                 Ok(()) => return server,
-                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) if log.contains("Address already in use") => last_log = log,
                 Err(log) => panic!("{log}"),
             }
         }
-        panic!("quiver could not bind free ports in 4 attempts");
+        panic!("quiver could not bind free ports in 4 attempts; the last log:\n{last_log}");
     }
 
     /// Starts a server without waiting for it.
