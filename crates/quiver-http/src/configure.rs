@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::Json;
-use quiver_storage::{RetentionPeriod, StorageError, Store};
+use quiver_storage::{Database, RetentionPeriod, StorageError, Store};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -71,20 +71,24 @@ pub async fn update_database(
     change_database(&state, request, Store::set_retention).await
 }
 
+/// A store operation on a database and a retention period: create, or change the period.
+type DatabaseChange =
+    fn(&Store, &str, Option<RetentionPeriod>) -> Result<Arc<Database>, StorageError>;
+
 /// Applies `change` with the request's database and retention period, then answers with the
 /// database as the list shows it.
 async fn change_database(
     state: &AppState,
     request: DatabaseRequest,
-    change: fn(&Store, &str, Option<RetentionPeriod>) -> Result<(), StorageError>,
+    change: DatabaseChange,
 ) -> Result<Json<Value>, ApiError> {
     let retention = request.retention()?;
-    let db = request.db.clone();
-    run_blocking(&state.store, "configuration", move |store| {
+    let db = request.db;
+    let changed = run_blocking(&state.store, "configuration", move |store| {
         change(store, &db, retention)
     })
     .await?;
-    Ok(Json(describe(&state.store, &request.db)?))
+    Ok(Json(describe(&changed)))
 }
 
 /// Lists the databases with their retention periods and table counts.
@@ -102,7 +106,8 @@ pub async fn list_databases(
     let databases = store
         .database_names()
         .iter()
-        .filter_map(|name| describe(store, name).ok())
+        .filter_map(|name| store.database(name))
+        .map(|db| describe(&db))
         .collect();
     Ok(Json(Value::Array(databases)))
 }
@@ -139,19 +144,14 @@ pub async fn delete_table(
 }
 
 /// A database as the list shows it.
-fn describe(store: &Store, name: &str) -> Result<Value, ApiError> {
-    let db = store.database(name).ok_or_else(|| {
-        ApiError::classified(&StorageError::NotFound {
-            what: format!("database {name:?}"),
-        })
-    })?;
-    Ok(json!({
-        "db": name,
+fn describe(db: &Database) -> Value {
+    json!({
+        "db": db.name(),
         "retention_period": db.retention_period().to_string(),
         "retention_period_source": match db.retention_setting() {
             Some(_) => "database",
             None => "server",
         },
         "tables": db.table_names().len(),
-    }))
+    })
 }

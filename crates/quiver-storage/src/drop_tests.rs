@@ -81,7 +81,7 @@ fn unknown_names_are_not_found_and_bad_names_invalid() {
         store.drop_table("m", "nope"),
         store.drop_table("nope", "cpu"),
         store.drop_database("nope"),
-        store.set_retention("nope", None),
+        store.set_retention("nope", None).map(drop),
     ] {
         assert!(
             matches!(result, Err(StorageError::NotFound { .. })),
@@ -92,7 +92,7 @@ fn unknown_names_are_not_found_and_bad_names_invalid() {
         store.drop_table("m", ""),
         store.drop_table("m", &"t".repeat(513)),
         store.drop_database("../etc"),
-        store.create_database("", None),
+        store.create_database("", None).map(drop),
     ] {
         let error = result.unwrap_err();
         assert_eq!(

@@ -424,13 +424,13 @@ impl Store {
     }
 
     /// Creates the empty database `name` with its own retention period (`None`: the
-    /// server's `retention_period`), durably. Fails if it exists already or would pass the
-    /// database limit. A database also comes into being with its first write.
+    /// server's `retention_period`), durably, and returns it. Fails if it exists already or
+    /// would pass the database limit. A database also comes into being with its first write.
     pub fn create_database(
         &self,
         name: &str,
         retention: Option<RetentionPeriod>,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Arc<Database>, StorageError> {
         validate_database_name(name)?;
         let _one_change_at_a_time = self.ddl.lock();
         self.check_can_create(name)?;
@@ -438,23 +438,20 @@ impl Store {
         // durable before visible (not under the sequencer: a running persist holds the catalog)
         self.record_retention(name, retention, || {})?;
         let _order = self.sequencer.lock();
-        match self.database(name) {
+        if let Some(db) = self.database(name) {
             // a write created it meanwhile: it gets the retention asked for
-            Some(db) => db.set_retention(retention, self.default_retention),
-            None => {
-                // writes may have created databases meanwhile
-                self.check_can_create(name)?;
-                let db = Database::new(
-                    name.to_string(),
-                    self.limits.clone(),
-                    (retention, self.default_retention),
-                );
-                self.databases
-                    .write()
-                    .insert(name.to_string(), Arc::new(db));
-            }
+            db.set_retention(retention, self.default_retention);
+            return Ok(db);
         }
-        Ok(())
+        // writes may have created databases meanwhile
+        self.check_can_create(name)?;
+        let db = Arc::new(Database::new(
+            name.to_string(),
+            self.limits.clone(),
+            (retention, self.default_retention),
+        ));
+        self.databases.write().insert(name.to_string(), db.clone());
+        Ok(db)
     }
 
     fn check_can_create(&self, name: &str) -> Result<(), StorageError> {
@@ -487,12 +484,12 @@ impl Store {
 
     /// Changes the retention period of database `name` (`None`: follow the server's
     /// `retention_period`), durably; queries see the new period at once, and files wholly
-    /// past it are deleted within seconds.
+    /// past it are deleted within seconds. Returns the database.
     pub fn set_retention(
         &self,
         name: &str,
         retention: Option<RetentionPeriod>,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Arc<Database>, StorageError> {
         validate_database_name(name)?;
         let _one_change_at_a_time = self.ddl.lock();
         let db = self.database(name).ok_or_else(|| StorageError::NotFound {
@@ -502,7 +499,8 @@ impl Store {
         let default = self.default_retention;
         // in force while the catalog is still held: no expiry runs with the old period after
         // the new one is durable
-        self.record_retention(name, retention, || db.set_retention(retention, default))
+        self.record_retention(name, retention, || db.set_retention(retention, default))?;
+        Ok(db)
     }
 
     /// The server-wide retention period (databases without their own follow it).
