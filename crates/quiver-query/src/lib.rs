@@ -10,6 +10,7 @@ mod catalog;
 mod chunk_reader;
 mod dedup_exec;
 mod engine;
+mod latest;
 mod panic_guard;
 mod params;
 mod provider;
@@ -21,5 +22,6 @@ pub use engine::{
     ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, SessionSetup,
     StatementDescription,
 };
+pub use latest::{LatestRowsRule, LatestRowsTable};
 pub use params::QueryParams;
 pub use provider::QuiverTable;

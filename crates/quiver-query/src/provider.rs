@@ -27,10 +27,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::common::stats::Precision;
+use datafusion::common::{DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::object_store::ObjectStoreUrl;
@@ -143,11 +144,7 @@ impl TableProvider for QuiverTable {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let snapshot = self.table.snapshot().map_err(external)?;
-        let started = state
-            .execution_props()
-            .query_execution_start_time
-            .unwrap_or_else(chrono::Utc::now);
-        let now_ns = started.timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let now_ns = query_now_ns(state);
         let cutoff = self.table.retention_filter_ns(&snapshot, now_ns);
         match cutoff {
             None => self.scan_snapshot(state, &snapshot, projection, filters),
@@ -156,7 +153,26 @@ impl TableProvider for QuiverTable {
     }
 }
 
+/// The query's clock in nanoseconds (what retention is measured from).
+pub(crate) fn query_now_ns(state: &dyn Session) -> i64 {
+    let started = state
+        .execution_props()
+        .query_execution_start_time
+        .unwrap_or_else(chrono::Utc::now);
+    started.timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
 impl QuiverTable {
+    /// The table read.
+    pub(crate) fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    /// What the table's files are read through.
+    pub(crate) fn chunk_cache(&self) -> &Arc<ChunkCache> {
+        &self.chunk_cache
+    }
+
     /// The scan of `snapshot` with only the rows at or after `cutoff` (the retention
     /// period's start): `time` is read even if the query does not ask for it, filtered on,
     /// and projected away again by the filter.
@@ -318,6 +334,7 @@ impl Scan<'_> {
         }
         let config = FileScanConfigBuilder::new(data_store_url(), Arc::new(source))
             .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+            .with_statistics(files_statistics(self.planned, files))
             .with_projection_indices(self.projection.cloned())?
             .build();
         Ok(DataSourceExec::from_data_source(config))
@@ -514,6 +531,27 @@ fn is_time_range(expr: &Expr) -> bool {
 /// itself: compaction deletes a replaced
 /// file only once nothing holds it, so a running scan never loses its files (its readers keep
 /// the hold too, see [`CachedChunkReaderFactory`]).
+/// What the catalog knows exactly of files that overlap nothing: their rows and their time
+/// range (so `count(*)`, `min(time)` and `max(time)` need not read them when nothing filters).
+fn files_statistics(schema: &SchemaRef, files: &[Arc<ParquetFile>]) -> Statistics {
+    let mut statistics = Statistics::new_unknown(schema);
+    let rows: u64 = files.iter().map(|f| f.entry.rows).sum();
+    statistics.num_rows = Precision::Exact(usize::try_from(rows).unwrap_or(usize::MAX));
+    let time = schema
+        .index_of(TIME_COLUMN)
+        .ok()
+        .map(|i| (i, schema.field(i).data_type()));
+    if let Some((i, DataType::Timestamp(TimeUnit::Nanosecond, zone))) = time {
+        let at =
+            |ns: Option<i64>| Precision::Exact(ScalarValue::TimestampNanosecond(ns, zone.clone()));
+        let column = &mut statistics.column_statistics[i];
+        column.min_value = at(files.iter().map(|f| f.entry.min_time_ns).min());
+        column.max_value = at(files.iter().map(|f| f.entry.max_time_ns).max());
+        column.null_count = Precision::Exact(0);
+    }
+    statistics
+}
+
 fn partitioned_file(file: &Arc<ParquetFile>) -> PartitionedFile {
     let mut scanned = PartitionedFile::new(file.entry.path.clone(), file.entry.bytes);
     scanned.extensions.insert_arc(file.clone());
@@ -541,7 +579,7 @@ fn sort_expr(schema: &Schema, index: usize) -> PhysicalSortExpr {
     )
 }
 
-fn external(e: StorageError) -> DataFusionError {
+pub(crate) fn external(e: StorageError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
@@ -564,9 +602,11 @@ fn with_source_column(input: Arc<dyn ExecutionPlan>, order: u64) -> Result<Arc<d
 /// The range of `time` values the query's filters allow (inclusive), from conjuncts of the
 /// form `time <op> <timestamp literal>` and `time BETWEEN a AND b`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TimeBounds {
-    min: i64,
-    max: i64,
+pub(crate) struct TimeBounds {
+    /// The oldest time allowed.
+    pub(crate) min: i64,
+    /// The newest time allowed.
+    pub(crate) max: i64,
 }
 
 impl TimeBounds {
@@ -589,7 +629,7 @@ impl TimeBounds {
     }
 }
 
-fn time_bounds(filters: &[Expr]) -> TimeBounds {
+pub(crate) fn time_bounds(filters: &[Expr]) -> TimeBounds {
     let mut bounds = TimeBounds {
         min: i64::MIN,
         max: i64::MAX,
@@ -694,7 +734,7 @@ fn partition(
 }
 
 /// The columns of `schema`, taken by name from `batch` (whose schema is a superset).
-fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+pub(crate) fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema().fields() == schema.fields() {
         return Ok(batch.clone());
     }

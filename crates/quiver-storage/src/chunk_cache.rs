@@ -1,13 +1,15 @@
 //! The chunk cache: one byte-bounded, process-wide cache of what reading a Parquet file costs
 //! most to repeat, its parsed metadata (footer and page index) and the bytes of its column
-//! chunks, so a repeated scan reads nothing from disk and parses no footer.
+//! chunks, so a repeated scan reads nothing from disk and parses no footer; and, for
+//! last-point queries, each file's last rows of every series ([`crate::latest`]), so such a
+//! query reads a file once in its life.
 //!
-//! Keys are a file's catalog path and a byte offset. Files are immutable and their names never
-//! reused, so an entry is never stale; a file that leaves the catalog (compaction, retention,
-//! a drop) is forgotten at once ([`ChunkCache::forget_files`]) to give its memory back. Whole
-//! column chunks are cached: a read of any part of a chunk (a page that a filter kept) is
-//! served from the whole chunk, so projections and filters share entries instead of
-//! bypassing the cache. Admission and eviction are moka's (TinyLFU, weighted by bytes).
+//! Keys are a file's catalog path and which part of it (metadata, a chunk by its offset, the
+//! last rows). Files are immutable and their names never reused, so an entry is never stale; a
+//! file that leaves the catalog (compaction, retention, a drop) is forgotten at once
+//! ([`ChunkCache::forget_files`]) to give its memory back. Whole column chunks are cached: a
+//! read of any part of a chunk (a page that a filter kept) is served from the whole chunk, so
+//! projections and filters share entries instead of bypassing the cache. Admission and eviction are moka's (TinyLFU, weighted by bytes).
 //!
 //! The cache knows nothing of where files live (a local directory today, an object store
 //! later): the reader in front of it (quiver-query's Parquet reader factory) fetches on a miss.
@@ -15,22 +17,34 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use bytes::Bytes;
 use moka::notification::RemovalCause;
 use parquet::file::metadata::ParquetMetaData;
 
-/// What is cached for a file: its metadata, or one column chunk starting at an offset.
+/// What is cached for a file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ChunkKey {
     file: Arc<str>,
-    /// `None` for the metadata, else the chunk's first byte.
-    offset: Option<u64>,
+    part: Part,
+}
+
+/// Which part of a file an entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Part {
+    /// The parsed footer and page index.
+    Metadata,
+    /// The column chunk starting at this byte.
+    Chunk(u64),
+    /// The last rows of each series ([`crate::latest`]).
+    LastRows,
 }
 
 #[derive(Clone)]
 enum Cached {
     Metadata(Arc<ParquetMetaData>),
     Chunk(Bytes),
+    LastRows(RecordBatch),
 }
 
 impl Cached {
@@ -39,6 +53,7 @@ impl Cached {
         let bytes = match self {
             Cached::Metadata(metadata) => metadata.memory_size(),
             Cached::Chunk(bytes) => bytes.len(),
+            Cached::LastRows(batch) => crate::memory::retained_bytes(batch),
         };
         u32::try_from(bytes + 64).unwrap_or(u32::MAX)
     }
@@ -109,28 +124,41 @@ impl ChunkCache {
 
     /// The parsed metadata of `file`, if cached.
     pub fn metadata(&self, file: &str) -> Option<Arc<ParquetMetaData>> {
-        match self.lookup(file, None)? {
+        match self.lookup(file, Part::Metadata)? {
             Cached::Metadata(metadata) => Some(metadata),
-            Cached::Chunk(_) => None,
+            _ => None,
         }
     }
 
     /// Keeps the parsed metadata of `file`.
     pub fn keep_metadata(&self, file: &str, metadata: Arc<ParquetMetaData>) {
-        self.keep(file, None, Cached::Metadata(metadata));
+        self.keep(file, Part::Metadata, Cached::Metadata(metadata));
     }
 
     /// The bytes of the column chunk of `file` that starts at `offset`, if cached.
     pub fn chunk(&self, file: &str, offset: u64) -> Option<Bytes> {
-        match self.lookup(file, Some(offset))? {
+        match self.lookup(file, Part::Chunk(offset))? {
             Cached::Chunk(bytes) => Some(bytes),
-            Cached::Metadata(_) => None,
+            _ => None,
         }
     }
 
     /// Keeps the bytes of the column chunk of `file` that starts at `offset`.
     pub fn keep_chunk(&self, file: &str, offset: u64, bytes: Bytes) {
-        self.keep(file, Some(offset), Cached::Chunk(bytes));
+        self.keep(file, Part::Chunk(offset), Cached::Chunk(bytes));
+    }
+
+    /// The last rows of each series in `file`, if cached.
+    pub(crate) fn last_rows(&self, file: &str) -> Option<RecordBatch> {
+        match self.lookup(file, Part::LastRows)? {
+            Cached::LastRows(batch) => Some(batch),
+            _ => None,
+        }
+    }
+
+    /// Keeps the last rows of each series in `file`.
+    pub(crate) fn keep_last_rows(&self, file: &str, batch: RecordBatch) {
+        self.keep(file, Part::LastRows, Cached::LastRows(batch));
     }
 
     /// Drops every entry of these files (they left the catalog). One call per batch of
@@ -162,13 +190,13 @@ impl ChunkCache {
         }
     }
 
-    fn lookup(&self, file: &str, offset: Option<u64>) -> Option<Cached> {
+    fn lookup(&self, file: &str, part: Part) -> Option<Cached> {
         if !self.enabled() {
             return None;
         }
         let key = ChunkKey {
             file: Arc::from(file),
-            offset,
+            part,
         };
         let found = self.entries.get(&key);
         let counter = if found.is_some() {
@@ -180,13 +208,13 @@ impl ChunkCache {
         found
     }
 
-    fn keep(&self, file: &str, offset: Option<u64>, cached: Cached) {
+    fn keep(&self, file: &str, part: Part, cached: Cached) {
         if !self.enabled() || u64::from(cached.weight()) > self.capacity_bytes {
             return;
         }
         let key = ChunkKey {
             file: Arc::from(file),
-            offset,
+            part,
         };
         self.entries.insert(key, cached);
     }

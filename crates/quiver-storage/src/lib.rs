@@ -17,8 +17,10 @@
 //! [`persist`] (sorting, deduplicating and writing files), [`catalog`] (the durable catalog)
 //! and [`wal_record`] (the WAL's payloads); [`compaction`] (which files to merge, and merging
 //! them) keeps their number bounded, and [`chunk_cache`] keeps what reading them costs most
-//! to repeat; [`retention`] says how long rows are kept. This file is over 700 lines because of its tests (about 330 lines: the store's
-//! behaviour end to end); the code is the [`Store`] facade.
+//! to repeat; [`latest`] finds every series' newest row without reading every row;
+//! [`retention`] says how long rows are kept. This file is over 700 lines because of its
+//! tests (about 330 lines: the store's behaviour end to end); the code is the [`Store`]
+//! facade.
 
 mod buffer;
 mod catalog;
@@ -27,6 +29,7 @@ mod compaction;
 mod database;
 mod dedup;
 mod error;
+mod latest;
 mod limits;
 mod memory;
 mod persist;
@@ -53,6 +56,7 @@ pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };
 pub use error::StorageError;
+pub use latest::latest_rows;
 pub use limits::{
     validate_database_name, validate_table_name, StoreLimits, RESERVED_DATABASE_NAMES,
 };

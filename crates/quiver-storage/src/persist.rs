@@ -32,6 +32,9 @@ pub const TABLES_DIR: &str = "tables";
 
 const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
 const NANOS_PER_DAY: i64 = 24 * NANOS_PER_HOUR;
+/// Most rows in one data page of any column (see `writer_properties`): small enough that a
+/// filter on one series reads a few pages, large enough that the page index stays small.
+const PAGE_ROWS: usize = 8192;
 
 /// When the buffer is persisted, and how files are laid out. The serde names are the server's
 /// configuration keys.
@@ -323,6 +326,10 @@ fn write_new_parquet(
 /// zstd, page-level statistics (which also writes the page index), the sort order recorded
 /// as the file's sorting columns (every tag in schema order, then time) and, if asked, a
 /// bloom filter per tag column sized for its distinct values.
+///
+/// Pages hold at most [`PAGE_ROWS`] rows in every column, so the page index of a tag column
+/// is as fine as any other's: a sorted tag compresses a whole row group into one tiny page
+/// otherwise, whose min and max span every series in it and prune nothing.
 fn writer_properties(
     batch: &RecordBatch,
     options: &PersistOptions,
@@ -341,6 +348,7 @@ fn writer_properties(
             ZstdLevel::try_new(3).expect("valid zstd level"),
         ))
         .set_statistics_enabled(EnabledStatistics::Page)
+        .set_data_page_row_count_limit(PAGE_ROWS)
         .set_max_row_group_row_count(Some(options.row_group_rows))
         .set_sorting_columns(Some(sorting));
     if options.bloom_filters {

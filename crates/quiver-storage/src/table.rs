@@ -49,6 +49,9 @@ pub struct TableSnapshot {
     pub files: Arc<Vec<Arc<ParquetFile>>>,
     /// Smallest and largest `time` of `batches`: computed once, read by every scan.
     buffer_range: Option<(i64, i64)>,
+    /// The last rows of each series in `batches` ([`crate::latest`]), computed by the first
+    /// last-point query that reads this snapshot.
+    buffer_last_rows: std::sync::OnceLock<Vec<RecordBatch>>,
 }
 
 impl TableSnapshot {
@@ -60,6 +63,20 @@ impl TableSnapshot {
     /// Smallest and largest `time` of the buffered rows, if there are any.
     pub fn buffer_time_range(&self) -> Option<(i64, i64)> {
         self.buffer_range
+    }
+
+    /// The last rows of each series among the buffered rows (see [`crate::latest`]),
+    /// computed once per snapshot.
+    pub(crate) fn buffer_last_rows(&self) -> Result<&[RecordBatch], StorageError> {
+        if let Some(rows) = self.buffer_last_rows.get() {
+            return Ok(rows);
+        }
+        let rows = self
+            .batches
+            .iter()
+            .map(crate::latest::last_rows_of_sorted)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.buffer_last_rows.get_or_init(|| rows))
     }
 
     /// The smallest `time` the snapshot holds, buffered or in a file (files by their
@@ -272,6 +289,7 @@ impl Table {
             buffer_range: time_range(&batches),
             batches,
             files,
+            buffer_last_rows: std::sync::OnceLock::new(),
         });
         let mut state = self.state.write();
         if state.version == version

@@ -1,0 +1,272 @@
+//! The latest row of every series, without reading every row: what last-point queries
+//! (`DISTINCT ON (host) ... ORDER BY host, time DESC`, `max(time)` per series) need.
+//!
+//! Every source of a table's rows (each Parquet file, the buffer snapshot) is sorted by series
+//! then time and holds each (series, time) point once, so the last row of each run of one
+//! series is that source's latest row of the series. A source's *last rows* are those rows
+//! (plus, harmlessly, a few more: see [`last_rows_of_sorted`]); a file's are computed once and
+//! kept in the [`ChunkCache`] (files never change), the buffer's once per snapshot. The
+//! latest row of a series over the whole table is then the latest among the sources' last
+//! rows, merged exactly as a scan merges overlapping sources (same series and time: the later
+//! write wins per field), so the answer is the one the plain scan would give: only the series'
+//! newest point matters, and every source's version of that point is among its last rows.
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::compute::kernels::cmp::distinct;
+use arrow::datatypes::{Int32Type, SchemaRef};
+
+use crate::chunk_cache::ChunkCache;
+use crate::dedup::series_key_and_fields;
+use crate::error::StorageError;
+use crate::table::{merge_chunks, time_column, ParquetFile, TableSnapshot};
+
+/// The latest row of every series in `snapshot` whose latest row is at or after `since_ns`
+/// (a retention cutoff, or `i64::MIN`), with the snapshot's schema, sorted by series. Files
+/// entirely older than `since_ns` are not read. Files' last rows come from `cache` when it has
+/// them; otherwise the file is read (blocking I/O) and its last rows kept there.
+pub fn latest_rows(
+    snapshot: &TableSnapshot,
+    since_ns: i64,
+    cache: &ChunkCache,
+) -> Result<RecordBatch, StorageError> {
+    let mut candidates = Vec::new();
+    for file in snapshot.files.iter() {
+        if file.entry.max_time_ns >= since_ns {
+            candidates.push(file_last_rows(file, &snapshot.schema, cache)?);
+        }
+    }
+    if snapshot
+        .buffer_time_range()
+        .is_some_and(|(_, newest)| newest >= since_ns)
+    {
+        candidates.extend_from_slice(snapshot.buffer_last_rows()?);
+    }
+    // in write order (files, then the buffer): the merge lets later writes win
+    let merged = merge_chunks(&snapshot.schema, candidates)?;
+    let latest = last_rows(&merged, Boundaries::ByValue)?;
+    let times = time_column(&latest)?;
+    let kept: BooleanArray = times.iter().map(|t| Some(t >= Some(since_ns))).collect();
+    Ok(filter_record_batch(&latest, &kept)?)
+}
+
+/// The last rows of each series in `file`, from the cache or read now (a file without rows
+/// has none, with the table's `schema`).
+fn file_last_rows(
+    file: &ParquetFile,
+    schema: &SchemaRef,
+    cache: &ChunkCache,
+) -> Result<RecordBatch, StorageError> {
+    if let Some(rows) = cache.last_rows(&file.entry.path) {
+        return Ok(rows);
+    }
+    let mut batches = Vec::new();
+    crate::compaction::read_file(&file.path, &mut batches)?;
+    let Some(first) = batches.first() else {
+        return Ok(RecordBatch::new_empty(schema.clone()));
+    };
+    let schema = first.schema();
+    let parts = batches
+        .iter()
+        .map(last_rows_of_sorted)
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows = arrow::compute::concat_batches(&schema, &parts)?;
+    cache.keep_last_rows(&file.entry.path, rows.clone());
+    Ok(rows)
+}
+
+/// The last row of each run of one series in `batch`, which is sorted by series then time
+/// and holds each point once (a file's batch, a buffer snapshot). Runs are told apart by
+/// dictionary keys, which is fast but may split one series where its dictionary repeats a
+/// value: the extra rows are older points of the series, which the exact merge in
+/// [`latest_rows`] drops again.
+pub(crate) fn last_rows_of_sorted(batch: &RecordBatch) -> Result<RecordBatch, StorageError> {
+    last_rows(batch, Boundaries::ByKey)
+}
+
+/// How [`last_rows`] tells one series from the next.
+#[derive(Clone, Copy)]
+enum Boundaries {
+    /// By dictionary key where a tag is a dictionary (a new key may repeat a value).
+    ByKey,
+    /// By value: exact.
+    ByValue,
+}
+
+/// The last row of each run of equal tags in `batch` (sorted by series then time).
+fn last_rows(batch: &RecordBatch, boundaries: Boundaries) -> Result<RecordBatch, StorageError> {
+    let rows = batch.num_rows();
+    if rows == 0 {
+        return Ok(batch.clone());
+    }
+    let (keys, _) = series_key_and_fields(&batch.schema())?;
+    let tags = &keys[..keys.len() - 1];
+    // last[i]: row i is the last of its run
+    let mut last = vec![false; rows];
+    last[rows - 1] = true;
+    for &tag in tags {
+        let column = batch.column(tag);
+        let dictionary = column.as_dictionary_opt::<Int32Type>();
+        match (boundaries, dictionary) {
+            (Boundaries::ByKey, Some(dictionary)) => {
+                let keys = dictionary.keys();
+                for (i, last) in last.iter_mut().enumerate().take(rows - 1) {
+                    let (a, b) = (i, i + 1);
+                    *last |= keys.is_valid(a) != keys.is_valid(b)
+                        || (keys.is_valid(a) && keys.value(a) != keys.value(b));
+                }
+            }
+            _ => {
+                let changed = distinct(&column.slice(0, rows - 1), &column.slice(1, rows - 1))?;
+                for (i, changed) in changed.values().iter().enumerate() {
+                    last[i] |= changed;
+                }
+            }
+        }
+    }
+    Ok(filter_record_batch(batch, &BooleanArray::from(last))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        ArrayRef, DictionaryArray, Float64Array, StringArray, TimestampNanosecondArray,
+    };
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A row: host tag, time, field `v`.
+    type Row<'a> = (Option<&'a str>, i64, Option<f64>);
+    /// A row as read back.
+    type OwnedRow = (Option<String>, i64, Option<f64>);
+
+    fn batch(rows: &[Row]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(
+                "host",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
+            Field::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+                false,
+            ),
+            Field::new("v", DataType::Float64, true),
+        ]));
+        let host: DictionaryArray<Int32Type> = rows.iter().map(|r| r.0).collect();
+        let time = TimestampNanosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())
+            .with_timezone("UTC");
+        let v = Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>());
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(host) as ArrayRef, Arc::new(time), Arc::new(v)],
+        )
+        .unwrap()
+    }
+
+    fn rows(batch: &RecordBatch) -> Vec<OwnedRow> {
+        let host = arrow::compute::cast(batch.column(0), &DataType::Utf8).unwrap();
+        let host = host.as_any().downcast_ref::<StringArray>().unwrap();
+        let time = time_column(batch).unwrap();
+        let v = batch
+            .column(2)
+            .as_primitive::<arrow::datatypes::Float64Type>();
+        (0..batch.num_rows())
+            .map(|i| {
+                (
+                    host.is_valid(i).then(|| host.value(i).to_string()),
+                    time.value(i),
+                    v.is_valid(i).then(|| v.value(i)),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_last_row_of_each_run_is_kept_and_a_missing_tag_is_a_series() {
+        let sorted = batch(&[
+            (None, 5, Some(0.5)),
+            (Some("a"), 1, Some(1.0)),
+            (Some("a"), 2, Some(2.0)),
+            (Some("b"), 1, None),
+        ]);
+        let last = last_rows_of_sorted(&sorted).unwrap();
+        assert_eq!(
+            rows(&last),
+            vec![
+                (None, 5, Some(0.5)),
+                (Some("a".into()), 2, Some(2.0)),
+                (Some("b".into()), 1, None),
+            ]
+        );
+    }
+
+    /// The reference: for each series, its newest point after merging every source in write
+    /// order (later write wins per field), computed row by row.
+    fn reference(sources: &[Vec<Row>]) -> Vec<OwnedRow> {
+        let mut points: std::collections::BTreeMap<(Option<String>, i64), Option<f64>> =
+            Default::default();
+        for source in sources {
+            for (host, time, v) in source {
+                let slot = points
+                    .entry((host.map(str::to_string), *time))
+                    .or_insert(None);
+                if v.is_some() {
+                    *slot = *v;
+                }
+            }
+        }
+        let mut latest: std::collections::BTreeMap<Option<String>, (i64, Option<f64>)> =
+            Default::default();
+        for ((host, time), v) in points {
+            latest.insert(host, (time, v));
+        }
+        latest.into_iter().map(|(h, (t, v))| (h, t, v)).collect()
+    }
+
+    fn merged_latest(sources: &[Vec<Row>], since: i64) -> Vec<OwnedRow> {
+        // each source sorted and deduplicated as files and the buffer are
+        let sorted: Vec<RecordBatch> = sources
+            .iter()
+            .map(|s| crate::dedup::sort_and_deduplicate(&batch(s)).unwrap())
+            .collect();
+        let candidates = sorted
+            .iter()
+            .map(|b| last_rows_of_sorted(b).unwrap())
+            .collect();
+        let schema = sorted[0].schema();
+        let merged = merge_chunks(&schema, candidates).unwrap();
+        let latest = last_rows(&merged, Boundaries::ByValue).unwrap();
+        rows(&latest).into_iter().filter(|r| r.1 >= since).collect()
+    }
+
+    fn any_source() -> impl Strategy<Value = Vec<Row<'static>>> {
+        proptest::collection::vec(
+            (
+                proptest::option::of(prop_oneof![Just("a"), Just("b"), Just("c")]),
+                0i64..6,
+                proptest::option::of(0i64..4).prop_map(|v| v.map(|v| v as f64)),
+            ),
+            1..12,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn merging_the_sources_last_rows_gives_every_series_newest_point(
+            sources in proptest::collection::vec(any_source(), 1..4),
+            since in 0i64..7,
+        ) {
+            let expected: Vec<_> = reference(&sources)
+                .into_iter()
+                .filter(|r| r.1 >= since)
+                .collect();
+            prop_assert_eq!(merged_latest(&sources, since), expected);
+        }
+    }
+}
