@@ -147,8 +147,15 @@ async fn cached_response(
         None => {
             let result = cached.result().clone();
             let schema = result.schema().clone();
-            let encoded =
-                encode_blocking(format, move || format.encode(&schema, result.batches())).await?;
+            let bytes = result
+                .batches()
+                .iter()
+                .map(RecordBatch::get_array_memory_size)
+                .sum();
+            let encoded = encode_off_the_workers(format, bytes, move || {
+                format.encode(&schema, result.batches())
+            })
+            .await?;
             let bytes = Bytes::from(encoded);
             app.queries.keep_encoding(cached, &format, bytes.clone());
             bytes
@@ -178,29 +185,39 @@ async fn streamed_response(output: QueryOutput, format: Format) -> Result<Respon
         batches.push(batch);
     }
     let schema = output.schema;
-    let encoded = encode_blocking(format, move || format.encode(&schema, &batches)).await?;
+    let bytes = batches.iter().map(RecordBatch::get_array_memory_size).sum();
+    let encoded =
+        encode_off_the_workers(format, bytes, move || format.encode(&schema, &batches)).await?;
     Ok((StatusCode::OK, content_type, encoded).into_response())
 }
 
-/// Runs an encoder off the async threads.
-async fn encode_blocking(
+/// Answers holding at most this many bytes of Arrow arrays are encoded on the async thread
+/// that has them: that takes microseconds, less than handing the work to a blocking thread
+/// and back.
+const INLINE_ENCODE_BYTES: usize = 256 << 10;
+
+/// Runs an encoder of an answer of `bytes` bytes off the async threads, unless it is small.
+async fn encode_off_the_workers(
     format: Format,
+    bytes: usize,
     encode: impl FnOnce() -> Result<Vec<u8>, arrow::error::ArrowError> + Send + 'static,
 ) -> Result<Vec<u8>, ApiError> {
-    tokio::task::spawn_blocking(encode)
-        .await
-        .map_err(|e| {
+    let encoded = if bytes <= INLINE_ENCODE_BYTES {
+        encode()
+    } else {
+        tokio::task::spawn_blocking(encode).await.map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("encoding task failed: {e}"),
             )
         })?
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot encode the result as {format:?}: {e}"),
-            )
-        })
+    };
+    encoded.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the result as {format:?}: {e}"),
+        )
+    })
 }
 
 /// Who is asking. Until tokens exist, the presented credential itself is the scope, so callers

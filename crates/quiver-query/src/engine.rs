@@ -280,7 +280,9 @@ impl QueryEngine {
     /// [`QueryAnalysis`]) without planning it. Fails like [`QueryEngine::execute`] for an
     /// unknown database or table, invalid SQL or a statement that is not read-only.
     pub fn analyze(&self, database: &str, sql: &str) -> Result<QueryAnalysis, QueryError> {
-        let state = self.database_state(database)?;
+        let ctx = self.database_context(database)?;
+        let state = ctx.state_ref();
+        let state = state.read();
         let dialect_name = state.config().options().sql_parser.dialect;
         let mut statement = state.sql_to_statement(sql, &dialect_name)?;
         analyze::number_question_placeholders(&mut statement)
@@ -301,18 +303,22 @@ impl QueryEngine {
         database: &str,
         statement: SqlStatement,
     ) -> Result<QueryAnalysis, QueryError> {
-        let state = self.database_state(database)?;
+        let ctx = self.database_context(database)?;
+        let state = ctx.state_ref();
+        let state = state.read();
         let sql = statement.to_string();
         let statement = DFStatement::Statement(Box::new(statement));
         self.analyze_statement(&state, &PostgreSqlDialect {}, database, &sql, statement)
     }
 
-    /// The session state of `database`; fails if the database does not exist.
-    fn database_state(&self, database: &str) -> Result<SessionState, QueryError> {
+    /// The session of `database`; fails if the database does not exist. Analysing a
+    /// statement reads its state in place (cloning a session state costs more than parsing
+    /// a short statement).
+    fn database_context(&self, database: &str) -> Result<SessionContext, QueryError> {
         if self.store.database(database).is_none() {
             return Err(QueryError::DatabaseNotFound(database.to_string()));
         }
-        Ok(self.context(database)?.state())
+        self.context(database)
     }
 
     fn analyze_statement(

@@ -26,8 +26,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{DataType, Fields, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::stats::Precision;
@@ -313,8 +313,67 @@ impl Scan<'_> {
         )))
     }
 
-    /// Files that overlap no other source, with the projection and every filter pushed in.
+    /// Files that overlap no other source: those whose columns the chunk cache holds decoded
+    /// from memory, the rest by a Parquet scan (which has their columns decoded for next
+    /// time, see [`Scan::decode_later`]).
     fn files(&self, files: &[Arc<ParquetFile>]) -> Result<Arc<dyn ExecutionPlan>> {
+        let wanted = self.projected.fields();
+        let mut decoded = Vec::new();
+        let mut encoded = Vec::new();
+        for file in files {
+            match decoded_batch(file, self.projected, self.chunk_cache)? {
+                Some(batch) => decoded.push(batch),
+                None => encoded.push(file.clone()),
+            }
+        }
+        let mut parts = Vec::new();
+        if !decoded.is_empty() {
+            let options = self.state.config().options();
+            let partitions = partition(
+                &decoded,
+                self.projected,
+                options.execution.target_partitions,
+                usize::from(options.execution.batch_size),
+            )?;
+            parts.push(
+                MemorySourceConfig::try_new_exec(&partitions, self.projected.clone(), None)?
+                    as Arc<dyn ExecutionPlan>,
+            );
+        }
+        if !encoded.is_empty() {
+            self.decode_later(&encoded, wanted);
+            parts.push(self.parquet_files(&encoded)?);
+        }
+        match parts.len() {
+            1 => Ok(parts.remove(0)),
+            _ => UnionExec::try_new(parts),
+        }
+    }
+
+    /// Has the chunk cache decode `columns` of `files` in the background, for the next scans
+    /// (nothing if the cache is off or a file would take more than a quarter of it).
+    fn decode_later(&self, files: &[Arc<ParquetFile>], columns: &Fields) {
+        let cache = self.chunk_cache;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for file in files {
+            if !cache.enabled() || file.entry.arrow_bytes > cache.capacity_bytes() / 4 {
+                continue;
+            }
+            let (file, columns, cache) = (file.clone(), columns.to_vec(), cache.clone());
+            // a failure leaves the columns undecoded: scans keep reading the file, and report
+            // what they cannot read
+            drop(
+                runtime.spawn_blocking(move || {
+                    quiver_storage::decode_columns(&file, &columns, &cache)
+                }),
+            );
+        }
+    }
+
+    /// Files read by one Parquet scan, with the projection and every filter pushed in.
+    fn parquet_files(&self, files: &[Arc<ParquetFile>]) -> Result<Arc<dyn ExecutionPlan>> {
         let predicate = self.predicate(self.planned)?;
         let partitions = self
             .state
@@ -411,8 +470,9 @@ impl Scan<'_> {
         Ok(Arc::new(ProjectionExec::try_new(output, deduplicated)?))
     }
 
-    /// One file, read in its stored order (series then time), pruned by `time` range filters
-    /// and by `series_filters` (which the caller also applies to the rows).
+    /// One file, read in its stored order (series then time): from its decoded columns if the
+    /// chunk cache has them, else pruned by `time` range filters and by `series_filters`
+    /// (which the caller also applies to the rows).
     fn sorted_file(
         &self,
         file: &Arc<ParquetFile>,
@@ -421,6 +481,14 @@ impl Scan<'_> {
         ordering: &LexOrdering,
         series_filters: &[Expr],
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let columns = Arc::new(full.project(wanted)?);
+        if let Some(batch) = decoded_batch(file, &columns, self.chunk_cache)? {
+            let order = sort_order(&columns, false)?;
+            let source = MemorySourceConfig::try_new(&[vec![batch]], columns, None)?
+                .try_with_sort_information(vec![order])?;
+            return Ok(DataSourceExec::from_data_source(source));
+        }
+        self.decode_later(std::slice::from_ref(file), columns.fields());
         let mut source =
             ParquetSource::new(full.clone()).with_parquet_file_reader_factory(self.readers()?);
         let mut pruning: Vec<Expr> = self
@@ -531,6 +599,25 @@ fn is_time_range(expr: &Expr) -> bool {
 /// itself: compaction deletes a replaced
 /// file only once nothing holds it, so a running scan never loses its files (its readers keep
 /// the hold too, see [`CachedChunkReaderFactory`]).
+/// The rows of `file` under `schema` from the columns the chunk cache holds decoded, if it
+/// holds every one of them.
+fn decoded_batch(
+    file: &ParquetFile,
+    schema: &SchemaRef,
+    cache: &ChunkCache,
+) -> Result<Option<RecordBatch>> {
+    let Some(columns) = quiver_storage::cached_columns(file, schema.fields(), cache) else {
+        return Ok(None);
+    };
+    let rows = usize::try_from(file.entry.rows).unwrap_or(usize::MAX);
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(Some(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?))
+}
+
 /// What the catalog knows exactly of files that overlap nothing: their rows and their time
 /// range (so `count(*)`, `min(time)` and `max(time)` need not read them when nothing filters).
 fn files_statistics(schema: &SchemaRef, files: &[Arc<ParquetFile>]) -> Statistics {

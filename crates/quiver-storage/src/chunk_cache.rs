@@ -2,7 +2,8 @@
 //! most to repeat, its parsed metadata (footer and page index) and the bytes of its column
 //! chunks, so a repeated scan reads nothing from disk and parses no footer; and, for
 //! last-point queries, each file's last rows of every series ([`crate::latest`]), so such a
-//! query reads a file once in its life.
+//! query reads a file once in its life; and files' columns decoded into Arrow arrays
+//! ([`crate::decoded`]), so a repeated scan of a hot file decodes nothing.
 //!
 //! Keys are a file's catalog path and which part of it (metadata, a chunk by its offset, the
 //! last rows). Files are immutable and their names never reused, so an entry is never stale; a
@@ -17,7 +18,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, ArrayRef, RecordBatch};
 use bytes::Bytes;
 use moka::notification::RemovalCause;
 use parquet::file::metadata::ParquetMetaData;
@@ -30,7 +31,7 @@ struct ChunkKey {
 }
 
 /// Which part of a file an entry holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Part {
     /// The parsed footer and page index.
     Metadata,
@@ -38,6 +39,8 @@ enum Part {
     Chunk(u64),
     /// The last rows of each series ([`crate::latest`]).
     LastRows,
+    /// One column, decoded ([`crate::decoded`]).
+    Column(Arc<str>),
 }
 
 #[derive(Clone)]
@@ -45,6 +48,7 @@ enum Cached {
     Metadata(Arc<ParquetMetaData>),
     Chunk(Bytes),
     LastRows(RecordBatch),
+    Column(ArrayRef),
 }
 
 impl Cached {
@@ -54,6 +58,7 @@ impl Cached {
             Cached::Metadata(metadata) => metadata.memory_size(),
             Cached::Chunk(bytes) => bytes.len(),
             Cached::LastRows(batch) => crate::memory::retained_bytes(batch),
+            Cached::Column(column) => column.get_array_memory_size(),
         };
         u32::try_from(bytes + 64).unwrap_or(u32::MAX)
     }
@@ -62,10 +67,14 @@ impl Cached {
 /// Counters and sizes of the chunk cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ChunkCacheStats {
-    /// Lookups answered from the cache.
+    /// Lookups of metadata, chunks and last rows answered from the cache.
     pub hits: u64,
-    /// Lookups that had to read the file.
+    /// Lookups of metadata, chunks and last rows that had to read the file.
     pub misses: u64,
+    /// Lookups of decoded columns answered from the cache.
+    pub column_hits: u64,
+    /// Lookups of decoded columns not in the cache (the scan read the file's chunks).
+    pub column_misses: u64,
     /// Entries evicted to stay within the capacity.
     pub evictions: u64,
     /// Bytes held now (approximate: moka applies evictions lazily).
@@ -79,9 +88,13 @@ pub struct ChunkCacheStats {
 /// The process-wide cache of Parquet metadata and column chunks (see the module docs).
 pub struct ChunkCache {
     entries: moka::sync::Cache<ChunkKey, Cached>,
+    /// Files whose columns are being decoded now (one decoding per file at a time).
+    decoding: parking_lot::Mutex<std::collections::HashSet<Arc<str>>>,
     capacity_bytes: u64,
     hits: AtomicU64,
     misses: AtomicU64,
+    column_hits: AtomicU64,
+    column_misses: AtomicU64,
     evictions: Arc<AtomicU64>,
 }
 
@@ -90,6 +103,18 @@ impl std::fmt::Debug for ChunkCache {
         f.debug_struct("ChunkCache")
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// The right to decode one file's columns; given back when dropped.
+pub(crate) struct DecodingClaim<'a> {
+    cache: &'a ChunkCache,
+    file: Arc<str>,
+}
+
+impl Drop for DecodingClaim<'_> {
+    fn drop(&mut self) {
+        self.cache.decoding.lock().remove(&self.file);
     }
 }
 
@@ -110,11 +135,19 @@ impl ChunkCache {
             .build();
         ChunkCache {
             entries,
+            decoding: Default::default(),
             capacity_bytes,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            column_hits: AtomicU64::new(0),
+            column_misses: AtomicU64::new(0),
             evictions,
         }
+    }
+
+    /// Most bytes the cache holds (0: the cache is off).
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
     }
 
     /// True if the cache keeps anything at all.
@@ -161,6 +194,26 @@ impl ChunkCache {
         self.keep(file, Part::LastRows, Cached::LastRows(batch));
     }
 
+    /// The decoded column `name` of `file`, if cached.
+    pub fn column(&self, file: &str, name: &str) -> Option<ArrayRef> {
+        match self.lookup(file, Part::Column(Arc::from(name)))? {
+            Cached::Column(column) => Some(column),
+            _ => None,
+        }
+    }
+
+    /// Keeps the decoded column `name` of `file`.
+    pub(crate) fn keep_column(&self, file: &str, name: &str, column: ArrayRef) {
+        self.keep(file, Part::Column(Arc::from(name)), Cached::Column(column));
+    }
+
+    /// Claims the decoding of `file`'s columns: `None` if another thread decodes it now.
+    pub(crate) fn claim_decoding(&self, file: &str) -> Option<DecodingClaim<'_>> {
+        let file: Arc<str> = Arc::from(file);
+        let claimed = self.decoding.lock().insert(file.clone());
+        claimed.then(|| DecodingClaim { cache: self, file })
+    }
+
     /// Drops every entry of these files (they left the catalog). One call per batch of
     /// deleted files: each call adds one predicate that the cache checks its entries against
     /// until its housekeeping has applied it.
@@ -183,6 +236,8 @@ impl ChunkCache {
         ChunkCacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
+            column_hits: self.column_hits.load(Ordering::Relaxed),
+            column_misses: self.column_misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             bytes: self.entries.weighted_size(),
             entries: self.entries.entry_count(),
@@ -194,16 +249,16 @@ impl ChunkCache {
         if !self.enabled() {
             return None;
         }
+        let (hits, misses) = match part {
+            Part::Column(_) => (&self.column_hits, &self.column_misses),
+            _ => (&self.hits, &self.misses),
+        };
         let key = ChunkKey {
             file: Arc::from(file),
             part,
         };
         let found = self.entries.get(&key);
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
+        let counter = if found.is_some() { hits } else { misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found
     }

@@ -17,7 +17,7 @@
 //! [`persist`] (sorting, deduplicating and writing files), [`catalog`] (the durable catalog)
 //! and [`wal_record`] (the WAL's payloads); [`compaction`] (which files to merge, and merging
 //! them) keeps their number bounded, and [`chunk_cache`] keeps what reading them costs most
-//! to repeat; [`latest`] finds every series' newest row without reading every row;
+//! to repeat (with [`decoded`], their columns decoded); [`latest`] finds every series' newest row without reading every row;
 //! [`retention`] says how long rows are kept. This file is over 700 lines because of its
 //! tests (about 330 lines: the store's behaviour end to end); the code is the [`Store`]
 //! facade.
@@ -27,6 +27,7 @@ mod catalog;
 mod chunk_cache;
 mod compaction;
 mod database;
+mod decoded;
 mod dedup;
 mod error;
 mod latest;
@@ -52,6 +53,7 @@ pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntr
 pub use chunk_cache::{ChunkCache, ChunkCacheStats};
 pub use compaction::{CompactionOptions, CompactionScope, CompactionStats, CompactionSummary};
 pub use database::{Database, WriteReceipt};
+pub use decoded::{cached_columns, decode_columns};
 pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };

@@ -1,0 +1,202 @@
+//! Files' columns decoded once and kept, as Arrow arrays, in the [`ChunkCache`]: a repeated
+//! scan of a hot file then reads memory, as a scan of the write buffer does, instead of
+//! decompressing and decoding the same pages again (which is most of what scanning a cached
+//! Parquet file costs).
+//!
+//! The query layer asks for the columns it needs; where some are missing it scans the file as
+//! usual and has [`decode_columns`] fill them in, off the query's path. Whole columns are
+//! kept (every row of the file), so any filter or projection of a later query is served from
+//! them; a column the file does not have (added to the table later) is kept as nulls, as a
+//! scan would read it. Files never change, so an entry is never stale, and the cache forgets
+//! a file's columns with the rest of it when the file leaves the catalog.
+
+use std::fs::File;
+
+use arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use arrow::datatypes::FieldRef;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+
+use crate::chunk_cache::ChunkCache;
+use crate::error::StorageError;
+use crate::table::ParquetFile;
+
+/// The decoded `columns` of `file`, all from the cache, or `None` if any is not cached.
+pub fn cached_columns(
+    file: &ParquetFile,
+    columns: &[FieldRef],
+    cache: &ChunkCache,
+) -> Option<Vec<ArrayRef>> {
+    if !cache.enabled() {
+        return None;
+    }
+    columns
+        .iter()
+        .map(|field| cache.column(&file.entry.path, field.name()))
+        .collect()
+}
+
+/// Decodes the `columns` of `file` that the cache lacks and keeps them there (blocking
+/// I/O). Does nothing if the cache is off or another thread is decoding the file; a column
+/// whose stored type differs from the field's is left out (its scans keep reading the file).
+pub fn decode_columns(
+    file: &ParquetFile,
+    columns: &[FieldRef],
+    cache: &ChunkCache,
+) -> Result<(), StorageError> {
+    if !cache.enabled() {
+        return Ok(());
+    }
+    let Some(_claim) = cache.claim_decoding(&file.entry.path) else {
+        return Ok(());
+    };
+    let path = &file.entry.path;
+    let missing: Vec<&FieldRef> = columns
+        .iter()
+        .filter(|field| cache.column(path, field.name()).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let reader = File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)?;
+    let stored = builder.schema().clone();
+    let readable: Vec<&str> = missing
+        .iter()
+        .filter(|field| {
+            stored
+                .field_with_name(field.name())
+                .is_ok_and(|s| s.data_type() == field.data_type())
+        })
+        .map(|field| field.name().as_str())
+        .collect();
+    let mask = ProjectionMask::columns(builder.parquet_schema(), readable.iter().copied());
+    let batches = builder
+        .with_projection(mask)
+        .with_batch_size(64 * 1024)
+        .build()?
+        .collect::<Result<Vec<RecordBatch>, _>>()?;
+    let rows = usize::try_from(file.entry.rows).unwrap_or(usize::MAX);
+    for field in missing {
+        let column = if readable.contains(&field.name().as_str()) {
+            let parts: Vec<&dyn arrow::array::Array> = batches
+                .iter()
+                .filter_map(|b| b.column_by_name(field.name()))
+                .map(|c| c.as_ref())
+                .collect();
+            arrow::compute::concat(&parts)?
+        } else if stored.field_with_name(field.name()).is_err() {
+            new_null_array(field.data_type(), rows)
+        } else {
+            continue;
+        };
+        if column.len() == rows {
+            cache.keep_column(path, field.name(), column);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, Float64Array, Int64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::catalog::FileEntry;
+
+    fn file(dir: &std::path::Path, rows: usize) -> ParquetFile {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Float64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+                Arc::new(Float64Array::from_iter_values((0..rows).map(|i| i as f64))),
+            ],
+        )
+        .unwrap();
+        let path = dir.join("f.parquet");
+        let mut writer = parquet::arrow::ArrowWriter::try_new(
+            File::create(&path).unwrap(),
+            schema,
+            Some(
+                parquet::file::properties::WriterProperties::builder()
+                    .set_max_row_group_row_count(Some(100))
+                    .build(),
+            ),
+        )
+        .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        ParquetFile {
+            entry: FileEntry {
+                id: 1,
+                path: "tables/f.parquet".into(),
+                partition_start_ns: 0,
+                min_time_ns: 0,
+                max_time_ns: 0,
+                rows: rows as u64,
+                bytes: 0,
+                generation: 0,
+                arrow_bytes: 0,
+            },
+            path,
+        }
+    }
+
+    fn field(name: &str, data_type: DataType) -> FieldRef {
+        Arc::new(Field::new(name, data_type, true))
+    }
+
+    #[test]
+    fn columns_are_decoded_whole_and_a_missing_one_is_nulls() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file(dir.path(), 250);
+        let cache = ChunkCache::new(1 << 20);
+        let wanted = [
+            field("b", DataType::Float64),
+            field("later", DataType::Utf8),
+        ];
+        assert!(cached_columns(&file, &wanted, &cache).is_none());
+        decode_columns(&file, &wanted, &cache).unwrap();
+        let columns = cached_columns(&file, &wanted, &cache).unwrap();
+        assert_eq!(columns[0].len(), 250, "every row group, concatenated");
+        let b = columns[0].as_any().downcast_ref::<Float64Array>().unwrap();
+        assert_eq!(b.value(249), 249.0);
+        assert_eq!(columns[1].null_count(), 250);
+        // `a` was never asked for
+        assert!(cached_columns(&file, &[field("a", DataType::Int64)], &cache).is_none());
+    }
+
+    #[test]
+    fn a_column_stored_as_another_type_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file(dir.path(), 10);
+        let cache = ChunkCache::new(1 << 20);
+        let wanted = [field("a", DataType::Utf8)];
+        decode_columns(&file, &wanted, &cache).unwrap();
+        assert!(cached_columns(&file, &wanted, &cache).is_none());
+    }
+
+    #[test]
+    fn nothing_is_decoded_while_another_thread_decodes_or_when_the_cache_is_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file(dir.path(), 10);
+        let wanted = [field("b", DataType::Float64)];
+        let cache = ChunkCache::new(1 << 20);
+        let claim = cache.claim_decoding(&file.entry.path).unwrap();
+        decode_columns(&file, &wanted, &cache).unwrap();
+        assert!(cached_columns(&file, &wanted, &cache).is_none());
+        drop(claim);
+        decode_columns(&file, &wanted, &cache).unwrap();
+        assert!(cached_columns(&file, &wanted, &cache).is_some());
+        let off = ChunkCache::new(0);
+        decode_columns(&file, &wanted, &off).unwrap();
+        assert!(cached_columns(&file, &wanted, &off).is_none());
+    }
+}
