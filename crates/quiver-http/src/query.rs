@@ -203,7 +203,13 @@ async fn encode_off_the_workers(
     encode: impl FnOnce() -> Result<Vec<u8>, arrow::error::ArrowError> + Send + 'static,
 ) -> Result<Vec<u8>, ApiError> {
     let encoded = if bytes <= INLINE_ENCODE_BYTES {
-        encode()
+        // an encoder's panic is the same 500 as on a blocking thread, not a dropped connection
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode)).map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding the answer failed (a bug: see the server log)",
+            )
+        })?
     } else {
         tokio::task::spawn_blocking(encode).await.map_err(|e| {
             ApiError::new(

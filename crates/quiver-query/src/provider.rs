@@ -350,26 +350,33 @@ impl Scan<'_> {
         }
     }
 
-    /// Has the chunk cache decode `columns` of `files` in the background, for the next scans
-    /// (nothing if the cache is off or a file would take more than a quarter of it).
+    /// Has the chunk cache decode `columns` of `files` in the background, for the next scans:
+    /// one blocking task decoding them one after the other, unless a decoding already runs
+    /// (the next scan asks again), the cache is off, or a file would take more than a quarter
+    /// of it.
     fn decode_later(&self, files: &[Arc<ParquetFile>], columns: &Fields) {
         let cache = self.chunk_cache;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        for file in files {
-            if !cache.enabled() || file.entry.arrow_bytes > cache.capacity_bytes() / 4 {
-                continue;
-            }
-            let (file, columns, cache) = (file.clone(), columns.to_vec(), cache.clone());
-            // a failure leaves the columns undecoded: scans keep reading the file, and report
-            // what they cannot read
-            drop(
-                runtime.spawn_blocking(move || {
-                    quiver_storage::decode_columns(&file, &columns, &cache)
-                }),
-            );
+        if !cache.enabled() || !cache.decoding_idle() {
+            return;
         }
+        let files: Vec<Arc<ParquetFile>> = files
+            .iter()
+            .filter(|file| file.entry.memory_bytes() <= cache.capacity_bytes() / 4)
+            .cloned()
+            .collect();
+        let (columns, cache) = (columns.to_vec(), cache.clone());
+        // a failure leaves the columns undecoded: scans keep reading the file, and report
+        // what they cannot read
+        drop(runtime.spawn_blocking(move || {
+            for file in files {
+                if quiver_storage::decode_columns(&file, &columns, &cache).is_err() {
+                    return;
+                }
+            }
+        }));
     }
 
     /// Files read by one Parquet scan, with the projection and every filter pushed in.
@@ -595,10 +602,6 @@ fn is_time_range(expr: &Expr) -> bool {
     }
 }
 
-/// A file as the data store addresses it (by its catalog-relative path), holding the file
-/// itself: compaction deletes a replaced
-/// file only once nothing holds it, so a running scan never loses its files (its readers keep
-/// the hold too, see [`CachedChunkReaderFactory`]).
 /// The rows of `file` under `schema` from the columns the chunk cache holds decoded, if it
 /// holds every one of them.
 fn decoded_batch(
@@ -639,6 +642,9 @@ fn files_statistics(schema: &SchemaRef, files: &[Arc<ParquetFile>]) -> Statistic
     statistics
 }
 
+/// A file as the data store addresses it (by its catalog-relative path), holding the file
+/// itself: compaction deletes a replaced file only once nothing holds it, so a running scan
+/// never loses its files (its readers keep the hold too, see [`CachedChunkReaderFactory`]).
 fn partitioned_file(file: &Arc<ParquetFile>) -> PartitionedFile {
     let mut scanned = PartitionedFile::new(file.entry.path.clone(), file.entry.bytes);
     scanned.extensions.insert_arc(file.clone());

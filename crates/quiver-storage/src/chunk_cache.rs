@@ -88,7 +88,7 @@ pub struct ChunkCacheStats {
 /// The process-wide cache of Parquet metadata and column chunks (see the module docs).
 pub struct ChunkCache {
     entries: moka::sync::Cache<ChunkKey, Cached>,
-    /// Files whose columns are being decoded now (one decoding per file at a time).
+    /// The file whose columns are being decoded now, if any (one decoding at a time).
     decoding: parking_lot::Mutex<std::collections::HashSet<Arc<str>>>,
     capacity_bytes: u64,
     hits: AtomicU64,
@@ -207,11 +207,22 @@ impl ChunkCache {
         self.keep(file, Part::Column(Arc::from(name)), Cached::Column(column));
     }
 
-    /// Claims the decoding of `file`'s columns: `None` if another thread decodes it now.
+    /// Claims the decoding of `file`'s columns: `None` if a decoding runs now (of this file or
+    /// another: decoding is background work, one file at a time, so it never takes more than
+    /// one core from queries and writes).
     pub(crate) fn claim_decoding(&self, file: &str) -> Option<DecodingClaim<'_>> {
+        let mut decoding = self.decoding.lock();
+        if !decoding.is_empty() {
+            return None;
+        }
         let file: Arc<str> = Arc::from(file);
-        let claimed = self.decoding.lock().insert(file.clone());
-        claimed.then(|| DecodingClaim { cache: self, file })
+        decoding.insert(file.clone());
+        Some(DecodingClaim { cache: self, file })
+    }
+
+    /// True if no file's columns are being decoded now.
+    pub fn decoding_idle(&self) -> bool {
+        self.decoding.lock().is_empty()
     }
 
     /// Drops every entry of these files (they left the catalog). One call per batch of

@@ -603,7 +603,7 @@ pub(crate) fn read_merged(
 }
 
 /// Appends the file's rows to `batches`.
-pub(crate) fn read_file(path: &Path, batches: &mut Vec<RecordBatch>) -> Result<(), StorageError> {
+fn read_file(path: &Path, batches: &mut Vec<RecordBatch>) -> Result<(), StorageError> {
     let file = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
         .with_batch_size(64 * 1024)

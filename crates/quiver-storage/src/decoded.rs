@@ -37,7 +37,7 @@ pub fn cached_columns(
 }
 
 /// Decodes the `columns` of `file` that the cache lacks and keeps them there (blocking
-/// I/O). Does nothing if the cache is off or another thread is decoding the file; a column
+/// I/O). Does nothing if the cache is off or another decoding runs (one at a time); a column
 /// whose stored type differs from the field's is left out (its scans keep reading the file).
 pub fn decode_columns(
     file: &ParquetFile,
@@ -184,15 +184,19 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_decoded_while_another_thread_decodes_or_when_the_cache_is_off() {
+    fn nothing_is_decoded_while_another_decoding_runs_or_when_the_cache_is_off() {
         let dir = tempfile::tempdir().unwrap();
         let file = file(dir.path(), 10);
         let wanted = [field("b", DataType::Float64)];
         let cache = ChunkCache::new(1 << 20);
-        let claim = cache.claim_decoding(&file.entry.path).unwrap();
+        // another file's decoding is running: one at a time
+        let claim = cache.claim_decoding("tables/other.parquet").unwrap();
+        assert!(cache.claim_decoding(&file.entry.path).is_none());
+        assert!(!cache.decoding_idle());
         decode_columns(&file, &wanted, &cache).unwrap();
         assert!(cached_columns(&file, &wanted, &cache).is_none());
         drop(claim);
+        assert!(cache.decoding_idle());
         decode_columns(&file, &wanted, &cache).unwrap();
         assert!(cached_columns(&file, &wanted, &cache).is_some());
         let off = ChunkCache::new(0);

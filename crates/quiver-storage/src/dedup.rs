@@ -8,7 +8,9 @@
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, DictionaryArray, RecordBatch, StringArray, UInt32Array,
+};
 use arrow::compute::take;
 use arrow::datatypes::{Int32Type, Schema, TimestampNanosecondType};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -193,6 +195,55 @@ pub fn deduplicate_complete_runs(
     Ok((Some(merged), start))
 }
 
+/// `batch` with every string dictionary column whose values repeat re-encoded over its
+/// distinct values. Concatenating chunks keeps each chunk's dictionary (arrow merges them only
+/// when their values outnumber the rows), so a buffer merged from a thousand writes of a
+/// hundred hosts holds a hundred thousand dictionary values: every comparison with a tag and
+/// every grouping by one then works through all of them, for every batch it reads.
+pub fn compact_dictionaries(batch: RecordBatch) -> Result<RecordBatch, StorageError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(compact_dictionary)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+/// One column as [`compact_dictionaries`] leaves it.
+fn compact_dictionary(column: &ArrayRef) -> Result<ArrayRef, StorageError> {
+    let Some(dictionary) = column.as_dictionary_opt::<Int32Type>() else {
+        return Ok(column.clone());
+    };
+    let Some(values) = dictionary.values().as_string_opt::<i32>() else {
+        return Ok(column.clone());
+    };
+    let mut positions: hashbrown::HashMap<&str, i32> = hashbrown::HashMap::new();
+    let mut distinct = arrow::array::StringBuilder::new();
+    // each old key's new key (`None` for a null value)
+    let remap: Vec<Option<i32>> = values
+        .iter()
+        .map(|value| {
+            value.map(|value| {
+                let next = positions.len() as i32;
+                *positions.entry(value).or_insert_with(|| {
+                    distinct.append_value(value);
+                    next
+                })
+            })
+        })
+        .collect();
+    if positions.len() == values.len() {
+        return Ok(column.clone());
+    }
+    let keys: arrow::array::Int32Array = dictionary
+        .keys()
+        .iter()
+        .map(|key| key.and_then(|key| remap.get(key as usize).copied().flatten()))
+        .collect();
+    let compacted = DictionaryArray::<Int32Type>::try_new(keys, Arc::new(distinct.finish()))?;
+    Ok(Arc::new(compacted))
+}
+
 /// Indices of a table schema's series key columns (every tag in schema order, then `time`)
 /// and of its field columns; other columns are in neither list. This is the order rows are
 /// sorted in, in the buffer and in Parquet files.
@@ -328,6 +379,41 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn concatenated_dictionaries_are_compacted_to_their_distinct_values() {
+        let chunk = |values: &[Option<&str>]| -> ArrayRef {
+            Arc::new(
+                values
+                    .iter()
+                    .copied()
+                    .collect::<DictionaryArray<Int32Type>>(),
+            )
+        };
+        let a = chunk(&[Some("h1"), Some("h2"), None]);
+        let b = chunk(&[Some("h2"), Some("h1"), Some("h3")]);
+        let joined = arrow::compute::concat(&[a.as_ref(), b.as_ref()]).unwrap();
+        let before = joined.as_dictionary::<Int32Type>().values().len();
+        assert_eq!(before, 5, "concat keeps both dictionaries");
+        let schema = Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
+            "host",
+            joined.data_type().clone(),
+            true,
+        )]));
+        let batch = RecordBatch::try_new(schema, vec![joined.clone()]).unwrap();
+        let compacted = compact_dictionaries(batch).unwrap();
+        let column = compacted.column(0);
+        assert_eq!(column.as_dictionary::<Int32Type>().values().len(), 3);
+        let as_text = |array: &ArrayRef| {
+            arrow::compute::cast(array, &arrow::datatypes::DataType::Utf8)
+                .unwrap()
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::to_string))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(as_text(column), as_text(&joined));
     }
 
     #[test]

@@ -11,10 +11,12 @@
 //! write wins per field), so the answer is the one the plain scan would give: only the series'
 //! newest point matters, and every source's version of that point is among its last rows.
 
+use arrow::array::RecordBatchReader;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::cmp::distinct;
 use arrow::datatypes::{Int32Type, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::chunk_cache::ChunkCache;
 use crate::dedup::series_key_and_fields;
@@ -60,17 +62,20 @@ fn file_last_rows(
     if let Some(rows) = cache.last_rows(&file.entry.path) {
         return Ok(rows);
     }
-    let mut batches = Vec::new();
-    crate::compaction::read_file(&file.path, &mut batches)?;
-    let Some(first) = batches.first() else {
+    // batch by batch, keeping only each batch's last rows: never the whole file in memory
+    let reader = std::fs::File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(reader)?
+        .with_batch_size(64 * 1024)
+        .build()?;
+    let stored = reader.schema();
+    let mut parts = Vec::new();
+    for batch in reader {
+        parts.push(last_rows_of_sorted(&batch?)?);
+    }
+    if parts.is_empty() {
         return Ok(RecordBatch::new_empty(schema.clone()));
-    };
-    let schema = first.schema();
-    let parts = batches
-        .iter()
-        .map(last_rows_of_sorted)
-        .collect::<Result<Vec<_>, _>>()?;
-    let rows = arrow::compute::concat_batches(&schema, &parts)?;
+    }
+    let rows = arrow::compute::concat_batches(&stored, &parts)?;
     cache.keep_last_rows(&file.entry.path, rows.clone());
     Ok(rows)
 }

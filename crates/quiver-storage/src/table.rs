@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 use quiver_model::schema::ColumnType;
 
 use crate::catalog::FileEntry;
-use crate::dedup::sort_and_deduplicate;
+use crate::dedup::{compact_dictionaries, sort_and_deduplicate};
 use crate::error::StorageError;
 use crate::limits::StoreLimits;
 use crate::retention::RetentionCell;
@@ -435,7 +435,7 @@ pub(crate) fn merge_chunks(
         .collect::<Result<Vec<_>, _>>()?;
     let merged = arrow::compute::concat_batches(schema, &aligned)?;
     drop(aligned);
-    sort_and_deduplicate(&merged)
+    sort_and_deduplicate(&compact_dictionaries(merged)?)
 }
 
 /// Smallest and largest `time` in `batches`, if they hold any rows.
