@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::filter_order::FilterOrderRule;
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
@@ -252,6 +253,7 @@ impl QueryEngine {
             Arc::new(QuiverCatalog::new(self.store.clone())),
         );
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
+        ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
         for setup in &self.options.session_setup {
             setup.setup(&ctx, database).map_err(|e| {
                 QueryError::Internal(DataFusionError::Context(

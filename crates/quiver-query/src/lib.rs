@@ -10,6 +10,7 @@ mod catalog;
 mod chunk_reader;
 mod dedup_exec;
 mod engine;
+mod filter_order;
 mod latest;
 mod panic_guard;
 mod params;
@@ -22,6 +23,7 @@ pub use engine::{
     ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, SessionSetup,
     StatementDescription,
 };
+pub use filter_order::FilterOrderRule;
 pub use latest::{LatestRowsRule, LatestRowsTable};
 pub use params::QueryParams;
 pub use provider::QuiverTable;

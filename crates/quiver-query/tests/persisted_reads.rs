@@ -349,6 +349,78 @@ async fn last_point_queries_read_only_the_newest_rows_and_others_read_everything
     store.close();
 }
 
+#[tokio::test]
+async fn filters_compare_tags_then_time_first_and_keep_the_rest_in_order() {
+    let store = Arc::new(Store::default());
+    let engine = engine(&store);
+    write(
+        &store,
+        "cpu,host=a usage=95,count=2i 1000\ncpu,host=b usage=1,count=0i 2000\n",
+    )
+    .await;
+    let filter = |plan: String| {
+        plan.lines()
+            .find(|line| line.contains("FilterExec"))
+            .unwrap_or_else(|| panic!("no filter in {plan}"))
+            .to_string()
+    };
+    let position = |line: &str, part: &str| {
+        line.find(part)
+            .unwrap_or_else(|| panic!("{part} not in {line}"))
+    };
+    let reordered = filter(
+        plan(
+            &engine,
+            "SELECT * FROM cpu WHERE usage > 90 AND time > '1970-01-01T00:00:00Z' AND host = 'a'",
+        )
+        .await,
+    );
+    let (host, time, usage) = (
+        position(&reordered, "host@"),
+        position(&reordered, "time@"),
+        position(&reordered, "usage@"),
+    );
+    assert!(host < time && time < usage, "{reordered}");
+    // a guard keeps its place before what it guards; a cast that can fail does not move
+    let guarded = filter(
+        plan(
+            &engine,
+            "SELECT * FROM cpu WHERE count > 0 AND 100 / count > 5 AND host IN ('a', 'b')",
+        )
+        .await,
+    );
+    let (host, guard, divided) = (
+        position(&guarded, "host@"),
+        position(&guarded, "count@"),
+        position(&guarded, "100 /"),
+    );
+    assert!(host < guard && guard < divided, "{guarded}");
+    let unsafe_cast = filter(
+        plan(
+            &engine,
+            "SELECT * FROM cpu WHERE usage > 1 AND CAST(host AS BIGINT) = 5",
+        )
+        .await,
+    );
+    assert!(
+        position(&unsafe_cast, "usage@") < position(&unsafe_cast, "host@"),
+        "{unsafe_cast}"
+    );
+    // the same answer (here: the same error, as DataFusion does not short-circuit a guard
+    // that keeps half the rows) as the order written, which a projection keeps
+    for sql in [
+        "SELECT host FROM cpu WHERE count > 0 AND 100 / count > 5 AND host IN ('a', 'b')",
+        "SELECT host FROM cpu WHERE usage > 90 AND host = 'a'",
+    ] {
+        let written = sql.replace("FROM cpu", "FROM (SELECT * FROM cpu) cpu");
+        assert_eq!(
+            rows(&engine, sql).await,
+            rows(&engine, &written).await,
+            "{sql}"
+        );
+    }
+}
+
 /// The plan of `sql` as text.
 async fn plan(engine: &QueryEngine, sql: &str) -> String {
     rows(engine, &format!("EXPLAIN {sql}"))
