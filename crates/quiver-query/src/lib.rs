@@ -15,6 +15,7 @@ mod latest;
 mod panic_guard;
 mod params;
 mod provider;
+mod tag_filter;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
 pub use catalog::{is_system_schema, QuiverCatalog, CATALOG_NAME};

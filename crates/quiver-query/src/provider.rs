@@ -59,6 +59,7 @@ use quiver_storage::{
 
 use crate::chunk_reader::CachedChunkReaderFactory;
 use crate::dedup_exec::DeduplicateExec;
+use crate::tag_filter::keep_matching_tags;
 
 /// The object store that holds a durable store's files: its data directory, registered in
 /// the engine's runtime (see [`register_data_store`]). Files are addressed by their
@@ -322,7 +323,7 @@ impl Scan<'_> {
         let mut encoded = Vec::new();
         for file in files {
             match decoded_batch(file, self.projected, self.chunk_cache)? {
-                Some(batch) => decoded.push(batch),
+                Some(batch) => decoded.push(keep_matching_tags(&batch, self.filters)?),
                 None => encoded.push(file.clone()),
             }
         }
@@ -406,11 +407,18 @@ impl Scan<'_> {
         Ok(DataSourceExec::from_data_source(config))
     }
 
-    /// The buffer when it overlaps no file: zero-copy slices spread over the partitions.
+    /// The buffer when it overlaps no file: zero-copy slices spread over the partitions (only
+    /// the rows whose tags can match, when the filters' tag comparisons keep few).
     fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
         let options = self.state.config().options();
+        let batches = self
+            .snapshot
+            .batches
+            .iter()
+            .map(|batch| keep_matching_tags(batch, self.filters))
+            .collect::<Result<Vec<_>>>()?;
         let partitions = partition(
-            &self.snapshot.batches,
+            &batches,
             self.planned,
             options.execution.target_partitions,
             usize::from(options.execution.batch_size),

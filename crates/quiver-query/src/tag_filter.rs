@@ -1,0 +1,226 @@
+//! Tag comparisons answered on dictionary codes before an in-memory scan: the rows of the
+//! write buffer or of a file's decoded columns that can pass a query's `tag = 'x'` or
+//! `tag IN ('x', 'y')` filters, taken out before DataFusion scans them.
+//!
+//! A tag is a string dictionary, so whether a row matches is whether its key is one of the
+//! few keys whose value matches: one pass over 32-bit keys, no string compared per row. When
+//! the tags keep few rows (a quarter or less), only those rows are copied out and scanned;
+//! the filters still run on top of them as for any scan (this only removes rows they reject).
+//! Series are stored contiguously, so for one host of a hundred the scan shrinks a
+//! hundredfold.
+
+use std::collections::HashSet;
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Int32Type};
+use datafusion::common::ScalarValue;
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::InList;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+
+/// Most of the rows a prefilter may keep (as a fraction) for copying them out to pay off.
+const MOST_KEPT: f64 = 0.25;
+
+/// `batch` without rows that `filters`' tag comparisons reject, when they reject most of it;
+/// else `batch` as is.
+pub(crate) fn keep_matching_tags(batch: &RecordBatch, filters: &[Expr]) -> Result<RecordBatch> {
+    let Some(mask) = tag_mask(batch, filters) else {
+        return Ok(batch.clone());
+    };
+    let kept = mask.true_count();
+    if kept as f64 > batch.num_rows() as f64 * MOST_KEPT {
+        return Ok(batch.clone());
+    }
+    Ok(filter_record_batch(batch, &mask)?)
+}
+
+/// The rows that pass every `tag = literal` / `tag IN (literals)` conjunct of `filters` on a
+/// string dictionary column of `batch`; `None` if there is no such conjunct.
+fn tag_mask(batch: &RecordBatch, filters: &[Expr]) -> Option<BooleanArray> {
+    let mut mask: Option<BooleanBuffer> = None;
+    for conjunct in filters.iter().flat_map(|f| split_conjunction(f)) {
+        let Some((column, wanted)) = tag_comparison(conjunct) else {
+            continue;
+        };
+        let Some(rows) = matching_rows(batch, column, &wanted) else {
+            continue;
+        };
+        mask = Some(match mask {
+            Some(before) => &before & &rows,
+            None => rows,
+        });
+    }
+    mask.map(|rows| BooleanArray::new(rows, None))
+}
+
+/// The rows of `batch` whose string dictionary column `name` holds one of `wanted`.
+fn matching_rows(
+    batch: &RecordBatch,
+    name: &str,
+    wanted: &HashSet<String>,
+) -> Option<BooleanBuffer> {
+    let dictionary = batch
+        .column_by_name(name)?
+        .as_dictionary_opt::<Int32Type>()?;
+    let values = dictionary.values().as_string_opt::<i32>()?;
+    let matching: Vec<bool> = (0..values.len())
+        .map(|i| values.is_valid(i) && wanted.contains(values.value(i)))
+        .collect();
+    let keys = dictionary.keys();
+    Some(BooleanBuffer::collect_bool(keys.len(), |row| {
+        keys.is_valid(row) && matching.get(keys.value(row) as usize) == Some(&true)
+    }))
+}
+
+/// `column = 'x'`, `'x' = column` or `column IN ('x', ...)` (not negated): the column and the
+/// strings it must hold.
+fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
+    match expr {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) => {
+            let (column, literal) = match (column_name(left), column_name(right)) {
+                (Some(column), None) => (column, right),
+                (None, Some(column)) => (column, left),
+                _ => return None,
+            };
+            Some((column, HashSet::from([string_literal(literal)?])))
+        }
+        Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) => {
+            let strings = list
+                .iter()
+                .map(string_literal)
+                .collect::<Option<HashSet<String>>>()?;
+            Some((column_name(expr)?, strings))
+        }
+        _ => None,
+    }
+}
+
+/// The column an expression reads as is, or cast to a string type.
+fn column_name(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Column(column) => Some(&column.name),
+        Expr::Cast(cast) if is_string(cast.field.data_type()) => column_name(&cast.expr),
+        _ => None,
+    }
+}
+
+fn is_string(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) || matches!(data_type, DataType::Dictionary(_, value) if is_string(value))
+}
+
+/// The string a literal (possibly a dictionary or cast literal) holds; `None` for anything
+/// else, including NULL (which matches no row, but is left to the filter itself).
+fn string_literal(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Literal(value, _) => scalar_string(value),
+        Expr::Cast(cast) if is_string(cast.field.data_type()) => string_literal(&cast.expr),
+        _ => None,
+    }
+}
+
+fn scalar_string(value: &ScalarValue) -> Option<String> {
+    match value {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.clone()),
+        ScalarValue::Dictionary(_, inner) => scalar_string(inner),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
+    use arrow::datatypes::{Field, Schema};
+    use datafusion::prelude::{col, lit};
+
+    use super::*;
+
+    fn batch(hosts: Vec<Option<&str>>) -> RecordBatch {
+        let n = hosts.len();
+        // a dictionary that repeats a value under two keys, as concatenated chunks do
+        let keys: Vec<Option<i32>> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| match h {
+                None => None,
+                Some("a") => Some(if i % 2 == 0 { 0 } else { 2 }),
+                Some("b") => Some(1),
+                Some(_) => Some(3),
+            })
+            .collect();
+        let values = StringArray::from(vec![Some("a"), Some("b"), Some("a"), None]);
+        let host = DictionaryArray::<Int32Type>::try_new(keys.into(), Arc::new(values)).unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("host", host.data_type().clone(), true),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(host) as ArrayRef,
+                Arc::new(Int64Array::from_iter_values(0..n as i64)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn kept(batch: &RecordBatch, filter: Expr) -> Vec<i64> {
+        keep_matching_tags(batch, &[filter])
+            .unwrap()
+            .column(1)
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    #[test]
+    fn rows_whose_tag_matches_are_kept_whatever_key_holds_the_value() {
+        let mut hosts = vec![Some("c"); 40];
+        hosts[3] = Some("a");
+        hosts[4] = Some("a");
+        hosts[7] = Some("b");
+        hosts[9] = None;
+        let batch = batch(hosts);
+        assert_eq!(kept(&batch, col("host").eq(lit("a"))), vec![3, 4]);
+        assert_eq!(kept(&batch, lit("b").eq(col("host"))), vec![7]);
+        assert_eq!(
+            kept(&batch, col("host").in_list(vec![lit("a"), lit("b")], false)),
+            vec![3, 4, 7]
+        );
+        assert_eq!(
+            kept(&batch, col("host").eq(lit("a")).and(col("v").gt(lit(1)))),
+            vec![3, 4],
+            "other conjuncts are left to the filter"
+        );
+        assert!(kept(&batch, col("host").eq(lit("z"))).is_empty());
+    }
+
+    #[test]
+    fn anything_else_or_a_large_share_keeps_the_batch() {
+        let batch = batch(vec![Some("a"), Some("a"), Some("b"), Some("c")]);
+        let all = vec![0, 1, 2, 3];
+        // half the rows match: not worth copying
+        assert_eq!(kept(&batch, col("host").eq(lit("a"))), all);
+        assert_eq!(kept(&batch, col("host").not_eq(lit("a"))), all);
+        assert_eq!(kept(&batch, col("host").in_list(vec![lit("a")], true)), all);
+        assert_eq!(kept(&batch, col("v").eq(lit(1))), all);
+        assert_eq!(kept(&batch, col("missing").eq(lit("a"))), all);
+    }
+}
