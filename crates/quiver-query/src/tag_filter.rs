@@ -70,9 +70,14 @@ fn matching_rows(
         .map(|i| values.is_valid(i) && wanted.contains(values.value(i)))
         .collect();
     let keys = dictionary.keys();
-    Some(BooleanBuffer::collect_bool(keys.len(), |row| {
-        keys.is_valid(row) && matching.get(keys.value(row) as usize) == Some(&true)
-    }))
+    let codes = keys.values();
+    let hits = BooleanBuffer::collect_bool(codes.len(), |row| {
+        matching.get(codes[row] as usize).copied().unwrap_or(false)
+    });
+    Some(match keys.nulls() {
+        Some(valid) => &hits & valid.inner(),
+        None => hits,
+    })
 }
 
 /// `column = 'x'`, `'x' = column` or `column IN ('x', ...)` (not negated): the column and the
