@@ -411,23 +411,20 @@ impl Scan<'_> {
     /// the rows whose tags can match, when the filters' tag comparisons keep few).
     fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
         let options = self.state.config().options();
+        // the query's columns only, before any rows are copied out
         let batches = self
             .snapshot
             .batches
             .iter()
-            .map(|batch| keep_matching_tags(batch, self.filters))
+            .map(|batch| keep_matching_tags(&project_by_name(batch, self.projected)?, self.filters))
             .collect::<Result<Vec<_>>>()?;
         let partitions = partition(
             &batches,
-            self.planned,
+            self.projected,
             options.execution.target_partitions,
             usize::from(options.execution.batch_size),
         )?;
-        let exec = MemorySourceConfig::try_new_exec(
-            &partitions,
-            self.planned.clone(),
-            self.projection.cloned(),
-        )?;
+        let exec = MemorySourceConfig::try_new_exec(&partitions, self.projected.clone(), None)?;
         Ok(exec)
     }
 
@@ -848,7 +845,13 @@ pub(crate) fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    // (no columns at all for `count(*)`: the row count says how many rows)
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
 }
 
 #[cfg(test)]

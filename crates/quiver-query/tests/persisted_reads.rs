@@ -128,6 +128,8 @@ async fn rows(engine: &QueryEngine, sql: &str) -> Result<Vec<String>, String> {
 
 const QUERIES: &[&str] = &[
     "SELECT * FROM cpu",
+    "SELECT count(*) FROM cpu",
+    "SELECT count(*) FROM cpu WHERE host = 'h2'",
     "SELECT * FROM mem",
     "SELECT host, time, usage FROM cpu WHERE time >= '1970-01-02T00:00:00Z' AND time < '1970-01-02T12:00:00Z'",
     "SELECT count(*), sum(usage), max(count) FROM cpu WHERE usage > 50",
