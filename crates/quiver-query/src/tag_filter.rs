@@ -4,8 +4,9 @@
 //!
 //! A tag is a string dictionary, so whether a row matches is whether its key is one of the
 //! few keys whose value matches: one pass over 32-bit keys, no string compared per row. When
-//! the tags keep few rows (a quarter or less), only those rows are copied out and scanned;
+//! the tags keep few rows, only those rows are copied out and scanned;
 //! the filters still run on top of them as for any scan (this only removes rows they reject).
+//! Only when they keep a twentieth of the rows or fewer: copying more costs more than it saves.
 //! Series are stored contiguously, so for one host of a hundred the scan shrinks a
 //! hundredfold.
 
@@ -21,8 +22,10 @@ use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
-/// Most of the rows a prefilter may keep (as a fraction) for copying them out to pay off.
-const MOST_KEPT: f64 = 0.25;
+/// Most of the rows a prefilter may keep (as a fraction) for copying them out to pay off:
+/// measured over 10M buffered rows, keeping 8 % (8 hosts of 100) made a query twice as slow
+/// as filtering in place, keeping 1 % made it several times faster.
+const MOST_KEPT: f64 = 0.05;
 
 /// `batch` without rows that `filters`' tag comparisons reject, when they reject most of it;
 /// else `batch` as is.
@@ -197,7 +200,7 @@ mod tests {
 
     #[test]
     fn rows_whose_tag_matches_are_kept_whatever_key_holds_the_value() {
-        let mut hosts = vec![Some("c"); 40];
+        let mut hosts = vec![Some("c"); 100];
         hosts[3] = Some("a");
         hosts[4] = Some("a");
         hosts[7] = Some("b");
