@@ -10,7 +10,8 @@
 //! 12.5 ms of filtering written that way and about 3 ms tag first.
 //!
 //! Only comparisons that cannot fail move (a tag or `time` against literals: `=`, `<>`, `<`,
-//! `<=`, `>`, `>=`, `IN`); the other conjuncts keep their order, so a guard written before an
+//! `<=`, `>`, `>=`, `IN`, the column cast at most to a type it always converts to: a tag to
+//! strings, `time` to strings or timestamps); the other conjuncts keep their order, so a guard written before an
 //! expression that needs it (`count > 0 AND 100 / count > 5`) still comes first. SQL gives no
 //! evaluation order for `AND` in any case; the answer is the same.
 
@@ -28,6 +29,7 @@ use datafusion::optimizer::AnalyzerRule;
 use quiver_model::schema::TIME_COLUMN;
 use quiver_storage::series_key_and_fields;
 
+use crate::column_compare::{any_type, column_name, is_string, literal};
 use crate::provider::QuiverTable;
 
 /// The analyzer rule that orders filter conjuncts over Quiver tables (module docs).
@@ -54,9 +56,9 @@ fn order_conjuncts(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     };
     let conjuncts = split_conjunction(&filter.predicate);
     let rank = |expr: &Expr| -> u8 {
-        if compares_with_literals(expr, |name| tags.contains(name)) {
+        if compares_with_literals(expr, |name| tags.contains(name), is_string) {
             0
-        } else if compares_with_literals(expr, |name| name == TIME_COLUMN) {
+        } else if compares_with_literals(expr, |name| name == TIME_COLUMN, time_cast_ok) {
             1
         } else {
             2
@@ -102,10 +104,15 @@ fn tags_below(mut plan: &LogicalPlan) -> Option<HashSet<String>> {
 }
 
 /// `column <op> literal` (either side) or `column [NOT] IN (literals)` for a column
-/// `is_column` accepts: comparisons that cannot fail. The column may be cast to a string or
-/// timestamp type (what type coercion adds, and what cannot fail for a tag or `time`).
-fn compares_with_literals(expr: &Expr, is_column: impl Fn(&str) -> bool + Copy) -> bool {
-    let column_ok = |e: &Expr| is_safe_column(e, is_column);
+/// `is_column` accepts: comparisons that cannot fail. The column may be cast to types
+/// `cast_ok` accepts: the ones it can always be cast to (what type coercion adds).
+fn compares_with_literals(
+    expr: &Expr,
+    is_column: impl Fn(&str) -> bool,
+    cast_ok: impl Fn(&DataType) -> bool + Copy,
+) -> bool {
+    let column_ok = |e: &Expr| column_name(e, cast_ok).is_some_and(&is_column);
+    let constant = |e: &Expr| literal(e, any_type).is_some();
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             matches!(
@@ -116,38 +123,14 @@ fn compares_with_literals(expr: &Expr, is_column: impl Fn(&str) -> bool + Copy) 
                     | Operator::LtEq
                     | Operator::Gt
                     | Operator::GtEq
-            ) && ((column_ok(left) && is_literal(right)) || (is_literal(left) && column_ok(right)))
+            ) && ((column_ok(left) && constant(right)) || (constant(left) && column_ok(right)))
         }
-        Expr::InList(InList { expr, list, .. }) => column_ok(expr) && list.iter().all(is_literal),
+        Expr::InList(InList { expr, list, .. }) => column_ok(expr) && list.iter().all(constant),
         _ => false,
     }
 }
 
-fn is_safe_column(expr: &Expr, is_column: impl Fn(&str) -> bool + Copy) -> bool {
-    match expr {
-        Expr::Column(column) => is_column(&column.name),
-        Expr::Cast(cast) if cannot_fail_into(cast.field.data_type()) => {
-            is_safe_column(&cast.expr, is_column)
-        }
-        Expr::TryCast(cast) => is_safe_column(&cast.expr, is_column),
-        _ => false,
-    }
-}
-
-/// Types a tag (a string) or `time` (a timestamp) can always be cast to.
-fn cannot_fail_into(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Timestamp(..)
-    ) || matches!(data_type, DataType::Dictionary(_, value) if cannot_fail_into(value))
-}
-
-/// A literal, possibly cast (constant: it fails, if at all, wherever it is evaluated).
-fn is_literal(expr: &Expr) -> bool {
-    match expr {
-        Expr::Literal(..) => true,
-        Expr::Cast(cast) => is_literal(&cast.expr),
-        Expr::TryCast(cast) => is_literal(&cast.expr),
-        _ => false,
-    }
+/// Types `time` (a timestamp) can always be cast to: strings and other timestamps.
+fn time_cast_ok(data_type: &DataType) -> bool {
+    is_string(data_type) || matches!(data_type, DataType::Timestamp(..))
 }

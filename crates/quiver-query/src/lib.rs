@@ -8,6 +8,7 @@
 mod analyze;
 mod catalog;
 mod chunk_reader;
+mod column_compare;
 mod dedup_exec;
 mod engine;
 mod filter_order;

@@ -15,12 +15,14 @@ use std::collections::HashSet;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Int32Type};
+use arrow::datatypes::Int32Type;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+
+use crate::column_compare::{column_name, is_string, literal};
 
 /// Most of the rows a prefilter may keep (as a fraction) for copying them out to pay off:
 /// measured over 10M buffered rows, keeping 8 % (8 hosts of 100) made a query twice as slow
@@ -92,7 +94,7 @@ fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
             op: Operator::Eq,
             right,
         }) => {
-            let (column, literal) = match (column_name(left), column_name(right)) {
+            let (column, literal) = match (tag_column(left), tag_column(right)) {
                 (Some(column), None) => (column, right),
                 (None, Some(column)) => (column, left),
                 _ => return None,
@@ -108,36 +110,21 @@ fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
                 .iter()
                 .map(string_literal)
                 .collect::<Option<HashSet<String>>>()?;
-            Some((column_name(expr)?, strings))
+            Some((tag_column(expr)?, strings))
         }
         _ => None,
     }
 }
 
-/// The column an expression reads as is, or cast to a string type.
-fn column_name(expr: &Expr) -> Option<&str> {
-    match expr {
-        Expr::Column(column) => Some(&column.name),
-        Expr::Cast(cast) if is_string(cast.field.data_type()) => column_name(&cast.expr),
-        _ => None,
-    }
+/// The column an expression reads, as is or cast to a string type.
+fn tag_column(expr: &Expr) -> Option<&str> {
+    column_name(expr, is_string)
 }
 
-fn is_string(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-    ) || matches!(data_type, DataType::Dictionary(_, value) if is_string(value))
-}
-
-/// The string a literal (possibly a dictionary or cast literal) holds; `None` for anything
-/// else, including NULL (which matches no row, but is left to the filter itself).
+/// The string a literal (possibly a dictionary, or cast to a string type) holds; `None` for
+/// anything else, including NULL (which matches no row, but is left to the filter itself).
 fn string_literal(expr: &Expr) -> Option<String> {
-    match expr {
-        Expr::Literal(value, _) => scalar_string(value),
-        Expr::Cast(cast) if is_string(cast.field.data_type()) => string_literal(&cast.expr),
-        _ => None,
-    }
+    scalar_string(literal(expr, is_string)?)
 }
 
 fn scalar_string(value: &ScalarValue) -> Option<String> {
@@ -155,7 +142,7 @@ mod tests {
     use std::sync::Arc;
 
     use arrow::array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
-    use arrow::datatypes::{Field, Schema};
+    use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::prelude::{col, lit};
 
     use super::*;

@@ -408,6 +408,18 @@ async fn filters_compare_tags_then_time_first_and_keep_the_rest_in_order() {
         position(&unsafe_cast, "usage@") < position(&unsafe_cast, "host@"),
         "{unsafe_cast}"
     );
+    // a tag cast to a timestamp can fail too (a tag is any string): it stays in place
+    let tag_as_time = filter(
+        plan(
+            &engine,
+            "SELECT * FROM cpu WHERE usage > 1 AND CAST(host AS TIMESTAMP) > '2020-01-01T00:00:00Z'",
+        )
+        .await,
+    );
+    assert!(
+        position(&tag_as_time, "usage@") < position(&tag_as_time, "host@"),
+        "{tag_as_time}"
+    );
     // the same answer (here: the same error, as DataFusion does not short-circuit a guard
     // that keeps half the rows) as the order written, which a projection keeps
     for sql in [
