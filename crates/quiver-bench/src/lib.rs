@@ -13,7 +13,8 @@ pub const TAGS_PER_LINE: usize = 10;
 /// Fields per line in [`metrics_payload`].
 pub const FIELDS_PER_LINE: usize = 10;
 
-const FIELD_NAMES: [&str; FIELDS_PER_LINE] = [
+/// The fields of every line, TSBS's `cpu` fields.
+pub const FIELD_NAMES: [&str; FIELDS_PER_LINE] = [
     "usage_user",
     "usage_system",
     "usage_idle",

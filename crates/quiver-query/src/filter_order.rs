@@ -15,22 +15,18 @@
 //! expression that needs it (`count > 0 AND 100 / count > 5`) still comes first. SQL gives no
 //! evaluation order for `AND` in any case; the answer is the same.
 
-use std::collections::HashSet;
-
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{BinaryExpr, Expr, Filter, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
 use quiver_model::schema::TIME_COLUMN;
-use quiver_storage::series_key_and_fields;
 
 use crate::column_compare::{any_type, column_name, is_string, literal};
-use crate::provider::QuiverTable;
+use crate::latest::ScanBelow;
 
 /// The analyzer rule that orders filter conjuncts over Quiver tables (module docs).
 #[derive(Debug, Default)]
@@ -51,7 +47,7 @@ fn order_conjuncts(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     let LogicalPlan::Filter(filter) = &node else {
         return Ok(Transformed::no(node));
     };
-    let Some(tags) = tags_below(&filter.input) else {
+    let Some(ScanBelow { tags, .. }) = ScanBelow::find(&filter.input) else {
         return Ok(Transformed::no(node));
     };
     let conjuncts = split_conjunction(&filter.predicate);
@@ -78,29 +74,6 @@ fn order_conjuncts(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         .expect("a filter has at least one conjunct");
     let filter = Filter::try_new(predicate, filter.input.clone())?;
     Ok(Transformed::yes(LogicalPlan::Filter(filter)))
-}
-
-/// The tag columns of the Quiver table a plan reads through aliases and filters only.
-fn tags_below(mut plan: &LogicalPlan) -> Option<HashSet<String>> {
-    loop {
-        match plan {
-            LogicalPlan::SubqueryAlias(alias) => plan = &alias.input,
-            LogicalPlan::Filter(filter) => plan = &filter.input,
-            LogicalPlan::TableScan(scan) => {
-                let provider = source_as_provider(&scan.source).ok()?;
-                let table = provider.downcast_ref::<QuiverTable>()?;
-                let schema = datafusion::catalog::TableProvider::schema(table);
-                let (keys, _) = series_key_and_fields(&schema).ok()?;
-                return Some(
-                    keys.iter()
-                        .map(|&i| schema.field(i).name().clone())
-                        .filter(|name| name != TIME_COLUMN)
-                        .collect(),
-                );
-            }
-            _ => return None,
-        }
-    }
 }
 
 /// `column <op> literal` (either side) or `column [NOT] IN (literals)` for a column

@@ -40,10 +40,10 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_model::schema::TIME_COLUMN;
-use quiver_storage::{series_key_and_fields, ChunkCache, Table};
 
-use crate::provider::{external, project_by_name, query_now_ns, time_bounds, QuiverTable};
+use crate::provider::{
+    external, is_time_column, project_by_name, query_now_ns, time_bounds, QuiverTable,
+};
 
 /// The analyzer rule that routes last-point plans to [`LatestRowsTable`] (module docs).
 #[derive(Debug, Default)]
@@ -125,15 +125,18 @@ fn single_input(node: &LogicalPlan) -> Option<&LogicalPlan> {
 }
 
 /// A Quiver table scan reached from a node through aliases and filters only.
-struct ScanBelow<'a> {
+pub(crate) struct ScanBelow<'a> {
     /// The table's tag columns.
-    tags: HashSet<String>,
+    pub(crate) tags: HashSet<String>,
     /// Every filter on the way down, split into conjuncts.
     filters: Vec<&'a Expr>,
 }
 
 impl<'a> ScanBelow<'a> {
-    fn find(mut plan: &'a LogicalPlan) -> Option<Self> {
+    /// The Quiver table scan `plan` reaches through aliases and filters only, with those
+    /// filters; `None` for anything else, or a scan that already has filters or a limit
+    /// pushed into it (analysis runs before the optimizer pushes any).
+    pub(crate) fn find(mut plan: &'a LogicalPlan) -> Option<Self> {
         let mut filters = Vec::new();
         loop {
             match plan {
@@ -144,17 +147,10 @@ impl<'a> ScanBelow<'a> {
                 }
                 LogicalPlan::TableScan(scan) => {
                     let table = quiver_table(scan)?;
-                    // nothing pushed into the scan yet (analysis runs before the optimizer)
                     if !scan.filters.is_empty() || scan.fetch.is_some() {
                         return None;
                     }
-                    let schema = table.schema();
-                    let (keys, _) = series_key_and_fields(&schema).ok()?;
-                    let tags = keys
-                        .iter()
-                        .map(|&i| schema.field(i).name().clone())
-                        .filter(|name| name != TIME_COLUMN)
-                        .collect();
+                    let tags = table.tag_columns();
                     return Some(ScanBelow { tags, filters });
                 }
                 _ => return None,
@@ -180,7 +176,7 @@ impl<'a> ScanBelow<'a> {
         on.on_expr.iter().all(|e| self.is_per_series(e))
             && sort
                 .get(on.on_expr.len())
-                .is_some_and(|key| is_time(&key.expr) && !key.asc)
+                .is_some_and(|key| is_time_column(&key.expr) && !key.asc)
     }
 
     /// An aggregate grouped by tags whose every aggregate is decided by the newest rows.
@@ -213,11 +209,11 @@ impl<'a> ScanBelow<'a> {
             return false;
         };
         let by_time = |ascending: bool| match params.order_by.as_slice() {
-            [SortExpr { expr, asc, .. }] => is_time(expr) && *asc == ascending,
+            [SortExpr { expr, asc, .. }] => is_time_column(expr) && *asc == ascending,
             _ => false,
         };
         match func.name() {
-            "max" => is_time(arg) || self.is_per_series(arg),
+            "max" => is_time_column(arg) || self.is_per_series(arg),
             "min" => self.is_per_series(arg),
             "first_value" => by_time(false),
             "last_value" => by_time(true),
@@ -234,9 +230,9 @@ impl<'a> ScanBelow<'a> {
 }
 
 /// The Quiver table a scan reads, if it reads one.
-fn quiver_table(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
+fn quiver_table(scan: &TableScan) -> Option<QuiverTable> {
     let provider = source_as_provider(&scan.source).ok()?;
-    provider.is::<QuiverTable>().then_some(provider)
+    provider.downcast_ref::<QuiverTable>().cloned()
 }
 
 /// Deterministic, and without subqueries or references to an outer query.
@@ -256,10 +252,6 @@ fn is_self_contained(expr: &Expr) -> bool {
             .unwrap_or(true)
 }
 
-fn is_time(expr: &Expr) -> bool {
-    matches!(expr, Expr::Column(c) if c.name == TIME_COLUMN)
-}
-
 /// `time > c`, `time >= c`, `c < time` or `c <= time` for a constant `c`.
 fn is_time_lower_bound(expr: &Expr) -> bool {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
@@ -267,8 +259,8 @@ fn is_time_lower_bound(expr: &Expr) -> bool {
     };
     let is_constant = |e: &Expr| e.column_refs().is_empty() && is_self_contained(e);
     match op {
-        Operator::Gt | Operator::GtEq => is_time(left) && is_constant(right),
-        Operator::Lt | Operator::LtEq => is_constant(left) && is_time(right),
+        Operator::Gt | Operator::GtEq => is_time_column(left) && is_constant(right),
+        Operator::Lt | Operator::LtEq => is_constant(left) && is_time_column(right),
         _ => false,
     }
 }
@@ -278,17 +270,10 @@ fn read_newest_rows(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     let LogicalPlan::TableScan(scan) = &plan else {
         return Ok(Transformed::no(plan));
     };
-    let Some(provider) = quiver_table(scan) else {
+    let Some(table) = quiver_table(scan) else {
         return Ok(Transformed::no(plan));
     };
-    let table = provider
-        .downcast_ref::<QuiverTable>()
-        .ok_or_else(|| DataFusionError::Internal("not a Quiver table".into()))?;
-    let latest = LatestRowsTable {
-        table: table.table().clone(),
-        schema: table.schema(),
-        chunk_cache: table.chunk_cache().clone(),
-    };
+    let latest = LatestRowsTable { table };
     let mut scan = scan.clone();
     scan.source = provider_as_source(Arc::new(latest));
     Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
@@ -297,16 +282,15 @@ fn read_newest_rows(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
 /// The newest row of each series of a table (see [`quiver_storage::latest_rows`]), under the
 /// schema the query was planned with.
 #[derive(Debug)]
-pub struct LatestRowsTable {
-    table: Arc<Table>,
-    schema: SchemaRef,
-    chunk_cache: Arc<ChunkCache>,
+pub(crate) struct LatestRowsTable {
+    /// The table whose newest rows are read, with the schema the query was planned with.
+    table: QuiverTable,
 }
 
 #[async_trait]
 impl TableProvider for LatestRowsTable {
     fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        self.table.schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -327,25 +311,26 @@ impl TableProvider for LatestRowsTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let snapshot = self.table.snapshot().map_err(external)?;
+        let table = self.table.table();
+        let snapshot = table.snapshot().map_err(external)?;
         // rows before the retention cutoff are invisible; the query's own lower bound on time
         // (if any) spares reading older files
-        let retained = self
-            .table
+        let retained = table
             .retention_cutoff_ns(query_now_ns(state))
             .unwrap_or(i64::MIN);
         let since = retained.max(time_bounds(filters).min);
-        let cache = self.chunk_cache.clone();
+        let cache = self.table.chunk_cache().clone();
         let newest = tokio::task::spawn_blocking(move || {
             quiver_storage::latest_rows(&snapshot, since, &cache)
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?
         .map_err(external)?;
-        let newest = project_by_name(&newest, &self.schema)?;
+        let schema = self.table.schema();
+        let newest = project_by_name(&newest, &schema)?;
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![newest]],
-            self.schema.clone(),
+            schema,
             projection.cloned(),
         )?)
     }

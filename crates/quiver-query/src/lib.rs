@@ -25,7 +25,5 @@ pub use engine::{
     ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, SessionSetup,
     StatementDescription,
 };
-pub use filter_order::FilterOrderRule;
-pub use latest::{LatestRowsRule, LatestRowsTable};
 pub use params::QueryParams;
 pub use provider::QuiverTable;

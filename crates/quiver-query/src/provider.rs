@@ -88,6 +88,7 @@ const SOURCE_COLUMN: &str = "__quiver_source";
 /// The schema is captured when the query is planned; the data is read at scan time. Schemas
 /// only grow, so the snapshot has every planned column (results are projected back to the
 /// planned schema).
+#[derive(Clone)]
 pub struct QuiverTable {
     table: Arc<Table>,
     schema: SchemaRef,
@@ -164,6 +165,18 @@ pub(crate) fn query_now_ns(state: &dyn Session) -> i64 {
 }
 
 impl QuiverTable {
+    /// The table's tag columns (its series key without `time`), by name.
+    pub(crate) fn tag_columns(&self) -> std::collections::HashSet<String> {
+        series_key_and_fields(&self.schema)
+            .map(|(keys, _)| {
+                keys.iter()
+                    .map(|&i| self.schema.field(i).name().clone())
+                    .filter(|name| name != TIME_COLUMN)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The table read.
     pub(crate) fn table(&self) -> &Arc<Table> {
         &self.table
@@ -329,17 +342,7 @@ impl Scan<'_> {
         }
         let mut parts = Vec::new();
         if !decoded.is_empty() {
-            let options = self.state.config().options();
-            let partitions = partition(
-                &decoded,
-                self.projected,
-                options.execution.target_partitions,
-                usize::from(options.execution.batch_size),
-            )?;
-            parts.push(
-                MemorySourceConfig::try_new_exec(&partitions, self.projected.clone(), None)?
-                    as Arc<dyn ExecutionPlan>,
-            );
+            parts.push(self.in_memory(&decoded)?);
         }
         if !encoded.is_empty() {
             self.decode_later(&encoded, wanted);
@@ -410,7 +413,6 @@ impl Scan<'_> {
     /// The buffer when it overlaps no file: zero-copy slices spread over the partitions (only
     /// the rows whose tags can match, when the filters' tag comparisons keep few).
     fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
-        let options = self.state.config().options();
         // the query's columns only, before any rows are copied out
         let batches = self
             .snapshot
@@ -418,14 +420,24 @@ impl Scan<'_> {
             .iter()
             .map(|batch| keep_matching_tags(&project_by_name(batch, self.projected)?, self.filters))
             .collect::<Result<Vec<_>>>()?;
+        self.in_memory(&batches)
+    }
+
+    /// A scan of `batches` (already of the query's columns), sliced into batches of the
+    /// session's size and spread over its partitions.
+    fn in_memory(&self, batches: &[RecordBatch]) -> Result<Arc<dyn ExecutionPlan>> {
+        let options = self.state.config().options();
         let partitions = partition(
-            &batches,
+            batches,
             self.projected,
             options.execution.target_partitions,
             usize::from(options.execution.batch_size),
         )?;
-        let exec = MemorySourceConfig::try_new_exec(&partitions, self.projected.clone(), None)?;
-        Ok(exec)
+        Ok(MemorySourceConfig::try_new_exec(
+            &partitions,
+            self.projected.clone(),
+            None,
+        )?)
     }
 
     /// Overlapping sources merged in series/time/write order and deduplicated, projected to
@@ -783,7 +795,8 @@ fn time_between(between: &Between) -> Option<(i64, i64)> {
     Some((timestamp_ns(&between.low)?, timestamp_ns(&between.high)?))
 }
 
-fn is_time_column(expr: &Expr) -> bool {
+/// The table's `time` column, as is.
+pub(crate) fn is_time_column(expr: &Expr) -> bool {
     matches!(expr, Expr::Column(c) if c.name == TIME_COLUMN)
 }
 

@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quiver_bench::metrics_payload;
+use quiver_bench::{metrics_payload, FIELD_NAMES};
 
 /// TSBS-shaped query benchmark, Quiver vs QuestDB.
 #[derive(Debug, Parser)]
@@ -176,19 +176,10 @@ fn shapes(args: &Args) -> Vec<Shape> {
         .map(|i| format!("'host_{}'", i * args.hosts / 8))
         .collect();
     let hosts8 = hosts8.join(", ");
-    let fields = [
-        "usage_user",
-        "usage_system",
-        "usage_idle",
-        "usage_nice",
-        "usage_iowait",
-        "usage_irq",
-        "usage_softirq",
-        "usage_steal",
-        "usage_guest",
-        "usage_guest_nice",
-    ];
-    let max_all: Vec<String> = fields.iter().map(|f| format!("max({f}) AS {f}")).collect();
+    let max_all: Vec<String> = FIELD_NAMES
+        .iter()
+        .map(|f| format!("max({f}) AS {f}"))
+        .collect();
     let max_all = max_all.join(", ");
     vec![
         Shape {
