@@ -85,10 +85,24 @@ fn matching_rows(
     })
 }
 
-/// `column = 'x'`, `'x' = column` or `column IN ('x', ...)` (not negated): the column and the
-/// strings it must hold.
+/// `column = 'x'`, `'x' = column`, `column IN ('x', ...)` (not negated), or an `OR` of those
+/// on one column (what DataFusion makes of a short `IN` list): the column and the strings it
+/// must hold.
 fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
     match expr {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let (column, mut strings) = tag_comparison(left)?;
+            let (other, more) = tag_comparison(right)?;
+            if column != other {
+                return None;
+            }
+            strings.extend(more);
+            Some((column, strings))
+        }
         Expr::BinaryExpr(BinaryExpr {
             left,
             op: Operator::Eq,
@@ -205,6 +219,14 @@ mod tests {
             "other conjuncts are left to the filter"
         );
         assert!(kept(&batch, col("host").eq(lit("z"))).is_empty());
+        assert_eq!(
+            kept(
+                &batch,
+                col("host").eq(lit("a")).or(lit("b").eq(col("host")))
+            ),
+            vec![3, 4, 7],
+            "an OR of one tag's comparisons (a short IN list, simplified)"
+        );
     }
 
     #[test]
@@ -216,6 +238,11 @@ mod tests {
         assert_eq!(kept(&batch, col("host").not_eq(lit("a"))), all);
         assert_eq!(kept(&batch, col("host").in_list(vec![lit("a")], true)), all);
         assert_eq!(kept(&batch, col("v").eq(lit(1))), all);
+        assert_eq!(
+            kept(&batch, col("host").eq(lit("a")).or(col("v").eq(lit(1)))),
+            all,
+            "an OR reaching another column keeps every row"
+        );
         assert_eq!(kept(&batch, col("missing").eq(lit("a"))), all);
     }
 }

@@ -477,6 +477,56 @@ async fn one_host_of_many_is_scanned_alone_with_the_same_answer() {
         // later rounds read the file's decoded columns
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    // once the file is decoded, every scan hands its filter only the chosen hosts' rows
+    // (50 of 2,000 per host and source), while the plain comparison gets them all
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while plan(&engine, queries[0]).await.contains("file_groups") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the file was never decoded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let rows_filtered = |analyzed: Vec<String>| -> Vec<u64> {
+        // `selectivity=2.5% (50/2000)`: what each filter was given
+        analyzed
+            .concat()
+            .split("selectivity=")
+            .skip(1)
+            .filter_map(|s| {
+                // counts are printed as `50`, `2.00 K` or `1.20 M`
+                let count = s.split('/').nth(1)?.split(')').next()?.trim();
+                let (number, scale) = match count.split_once(' ') {
+                    Some((n, "K")) => (n, 1e3),
+                    Some((n, "M")) => (n, 1e6),
+                    _ => (count, 1.0),
+                };
+                Some((number.parse::<f64>().ok()? * scale) as u64)
+            })
+            .collect()
+    };
+    for (sql, most) in queries.iter().zip([50, 100]) {
+        let given = rows_filtered(
+            rows(&engine, &format!("EXPLAIN ANALYZE {sql}"))
+                .await
+                .unwrap(),
+        );
+        assert!(
+            !given.is_empty() && given.iter().all(|&n| n <= most),
+            "{sql}: {given:?}"
+        );
+        let plain = sql.replace("host = 'h7'", "upper(host) = 'H7'");
+        let plain = plain.replace("host IN ('h3', 'h9')", "upper(host) IN ('H3', 'H9')");
+        let analyzed = rows(&engine, &format!("EXPLAIN ANALYZE {plain}"))
+            .await
+            .unwrap();
+        let given = rows_filtered(analyzed.clone());
+        assert!(
+            given.iter().any(|&n| n > most),
+            "{plain}: {given:?}\n{}",
+            analyzed.join("\n")
+        );
+    }
     store.close();
 }
 
