@@ -372,11 +372,15 @@ impl Scan<'_> {
             .cloned()
             .collect();
         let (columns, cache) = (columns.to_vec(), cache.clone());
-        // a failure leaves the columns undecoded: scans keep reading the file, and report
-        // what they cannot read
+        // a failure leaves the columns undecoded: scans keep reading the file (and fail
+        // themselves if it cannot be read)
         drop(runtime.spawn_blocking(move || {
             for file in files {
-                if quiver_storage::decode_columns(&file, &columns, &cache).is_err() {
+                if let Err(error) = quiver_storage::decode_columns(&file, &columns, &cache) {
+                    tracing::warn!(
+                        file = %file.entry.path, %error,
+                        "cannot decode the file's columns; scans keep reading it from Parquet"
+                    );
                     return;
                 }
             }

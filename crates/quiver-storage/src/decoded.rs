@@ -70,12 +70,18 @@ pub fn decode_columns(
         })
         .map(|field| field.name().as_str())
         .collect();
-    let mask = ProjectionMask::columns(builder.parquet_schema(), readable.iter().copied());
-    let batches = builder
-        .with_projection(mask)
-        .with_batch_size(64 * 1024)
-        .build()?
-        .collect::<Result<Vec<RecordBatch>, _>>()?;
+    let batches = if readable.is_empty() {
+        // only absent columns (nulls) or ones stored as another type (never kept): no pages
+        // to read
+        Vec::new()
+    } else {
+        let mask = ProjectionMask::columns(builder.parquet_schema(), readable.iter().copied());
+        builder
+            .with_projection(mask)
+            .with_batch_size(64 * 1024)
+            .build()?
+            .collect::<Result<Vec<RecordBatch>, _>>()?
+    };
     let rows = usize::try_from(file.entry.rows).unwrap_or(usize::MAX);
     for field in missing {
         let column = if readable.contains(&field.name().as_str()) {
@@ -174,13 +180,18 @@ mod tests {
     }
 
     #[test]
-    fn a_column_stored_as_another_type_is_not_kept() {
+    fn a_column_stored_as_another_type_is_not_kept_and_an_absent_one_is_nulls() {
         let dir = tempfile::tempdir().unwrap();
         let file = file(dir.path(), 10);
         let cache = ChunkCache::new(1 << 20);
         let wanted = [field("a", DataType::Utf8)];
         decode_columns(&file, &wanted, &cache).unwrap();
         assert!(cached_columns(&file, &wanted, &cache).is_none());
+        // only a column the file lacks: nulls, without reading any page
+        let absent = [field("later", DataType::Int64)];
+        decode_columns(&file, &absent, &cache).unwrap();
+        let columns = cached_columns(&file, &absent, &cache).unwrap();
+        assert_eq!((columns[0].len(), columns[0].null_count()), (10, 10));
     }
 
     #[test]
