@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
 import requests
 
@@ -21,6 +22,7 @@ from quiver_testlib import query_json, storage_stats, wait_until, write_and_pers
 DB = "fast"
 Spawn = Callable[..., SpawnedServer]
 SECOND = 10**9
+DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
 
 LAST_POINT = [
     "SELECT DISTINCT ON (host, region) * FROM cpu ORDER BY host, region, time DESC",
@@ -79,6 +81,17 @@ def test_last_point_queries_equal_the_plain_plan_over_http_and_postgres(
         for sql in LAST_POINT:
             shortcut = sorted(map(repr, conn.execute(sql).fetchall()))
             assert shortcut == sorted(map(repr, conn.execute(plain(sql)).fetchall())), sql
+    # Flight SQL through the ADBC driver as published: the shortcut's rows equal the plain
+    # plan's, and as many as over HTTP
+    with flight_sql.connect(server.flight_uri, db_kwargs={DATABASE_HEADER: DB},
+                            autocommit=True) as conn, conn.cursor() as cursor:
+        def flight_rows(sql: str) -> list[str]:
+            cursor.execute(sql)
+            return sorted(map(repr, cursor.fetch_arrow_table().to_pylist()))
+        for sql in LAST_POINT:
+            shortcut = flight_rows(sql)
+            assert shortcut == flight_rows(plain(sql)), sql
+            assert len(shortcut) == len(query_json(server.http_url, DB, sql)), sql
 
 
 def test_last_point_queries_see_writes_and_retention_at_once(
