@@ -14,10 +14,12 @@ from typing import Any, Callable
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
+import pytest
 import requests
 
-from conftest import SpawnedServer
-from quiver_testlib import query_json, storage_stats, wait_until, write_and_persist, write_ok
+from conftest import DEFAULT_PORTS, SpawnedServer
+from quiver_testlib import (parquet_files, ports_free, query_json, storage_stats, wait_until,
+                            write_and_persist, write_ok)
 
 DB = "fast"
 Spawn = Callable[..., SpawnedServer]
@@ -69,8 +71,10 @@ def test_last_point_queries_equal_the_plain_plan_over_http_and_postgres(
     for sql in LAST_POINT:
         shortcut = query_json(server.http_url, DB, sql)
         assert shortcut, sql
-        assert sorted_rows(shortcut) == sorted_rows(query_json(server.http_url, DB, plain(sql))), sql
-    newest = {(r["host"], r.get("region")): r for r in query_json(server.http_url, DB, LAST_POINT[0])}
+        plain_rows = query_json(server.http_url, DB, plain(sql))
+        assert sorted_rows(shortcut) == sorted_rows(plain_rows), sql
+    newest = {(r["host"], r.get("region")): r
+              for r in query_json(server.http_url, DB, LAST_POINT[0])}
     # an overwrite of the newest point with one field keeps the other field of the point
     assert newest[("h0", None)]["usage"] == 100.0 and newest[("h0", None)]["load"] == 39
     assert newest[("h1", None)]["usage"] == 40.0 and newest[("h1", None)]["load"] == 7
@@ -152,3 +156,28 @@ def test_no_decoded_columns_when_the_chunk_cache_is_off(spawn_quiver: Spawn,
     assert sorted_rows(query_json(server.http_url, DB, sql)) == first
     stats = storage_stats(server.http_url)["chunk_cache"]
     assert stats["column_hits"] == 0 and stats["entries"] == 0, stats
+
+
+def test_the_readme_serve_command_answers_last_points_and_decodes_hot_files(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """The README's command (no flags: ./quiver-data, default ports, the result cache and the
+    chunk cache at their defaults): last-point answers equal the plain plan after a persist
+    and a restart, and a scanned file's columns get decoded."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    load(server)
+    assert parquet_files(tmp_path / "quiver-data", DB)
+    expected = {sql: sorted_rows(query_json(server.http_url, DB, plain(sql)))
+                for sql in LAST_POINT}
+    for sql in LAST_POINT:
+        assert sorted_rows(query_json(server.http_url, DB, sql)) == expected[sql], sql
+    sql = "SELECT host, avg(usage) AS a FROM cpu GROUP BY host"
+    query_json(server.http_url, DB, sql)
+    wait_until(lambda: "file_groups" not in plan(server, sql), 20,
+               "the scanned files' columns decoded")
+    assert storage_stats(server.http_url)["chunk_cache"]["column_misses"] > 0
+    assert server.stop() == 0, server.log()
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    for sql in LAST_POINT:
+        assert sorted_rows(query_json(server.http_url, DB, sql)) == expected[sql], sql
