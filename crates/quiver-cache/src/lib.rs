@@ -26,5 +26,5 @@ mod stats;
 
 pub use config::CacheConfig;
 pub use entry::{CachedResult, EncodingKey, MAX_ENCODINGS_PER_ENTRY};
-pub use service::{Answer, AnswerBody, CachedAnswer, QueryRequest, QueryService, Verdict};
+pub use service::{Answer, AnswerBody, CachedAnswer, QueryRequest, QueryService, Run, Verdict};
 pub use stats::CacheStats;

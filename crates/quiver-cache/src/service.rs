@@ -14,6 +14,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use moka::sync::Cache;
 use parking_lot::Mutex;
 use quiver_model::AccessScope;
+use quiver_query::governance::QueryControl;
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
     ScannedTable,
@@ -42,6 +43,21 @@ pub struct QueryRequest {
     pub scope: AccessScope,
     /// Skip the cache: run afresh and do not store (HTTP `Cache-Control: no-cache`).
     pub no_cache: bool,
+    /// Where the query came from, its time limit and its cancellation (for the governor;
+    /// cache hits never reach it).
+    pub control: QueryControl,
+}
+
+/// Who runs a query and how: what [`QueryService::query_analyzed`] needs besides the
+/// statement and its parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Run<'a> {
+    /// The caller's access scope; answers are never shared between scopes.
+    pub scope: &'a AccessScope,
+    /// Skip the cache: run afresh and store nothing.
+    pub no_cache: bool,
+    /// The query's protocol, time limit and cancellation.
+    pub control: &'a QueryControl,
 }
 
 /// How a query was answered.
@@ -163,21 +179,23 @@ impl QueryService {
         request: &QueryRequest,
     ) -> Result<Answer, Arc<QueryError>> {
         let analysis = self.analysis(&request.database, &request.sql)?;
-        self.query_analyzed(analysis, &request.params, &request.scope, request.no_cache)
-            .await
+        let how = Run {
+            scope: &request.scope,
+            no_cache: request.no_cache,
+            control: &request.control,
+        };
+        self.query_analyzed(analysis, &request.params, how).await
     }
 
     /// Answers a statement analysed beforehand (a prepared statement, or one a protocol parsed
-    /// itself), with `params` bound, for the caller in `scope`, exactly as [`QueryService::query`]
-    /// does; `no_cache` runs it afresh and stores nothing.
+    /// itself), with `params` bound, as [`QueryService::query`] does.
     pub async fn query_analyzed(
         self: &Arc<Self>,
         analysis: Arc<QueryAnalysis>,
         params: &QueryParams,
-        scope: &AccessScope,
-        no_cache: bool,
+        how: Run<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
-        let answer = self.answer(analysis, params, scope, no_cache).await;
+        let answer = self.answer(analysis, params, how).await;
         if let Ok(answer) = &answer {
             self.log(answer.verdict);
         }
@@ -189,7 +207,12 @@ impl QueryService {
     /// before fetching it (Flight SQL's `GetFlightInfo`) uses instead of planning the query.
     pub fn peek(&self, request: &QueryRequest) -> Option<CachedAnswer> {
         let analysis = self.analysis(&request.database, &request.sql).ok()?;
-        match self.plan(&analysis, &request.params, &request.scope, request.no_cache) {
+        let how = Run {
+            scope: &request.scope,
+            no_cache: request.no_cache,
+            control: &request.control,
+        };
+        match self.plan(&analysis, &request.params, how) {
             Lookup::Keyed(key, _) => {
                 let result = self.entries.get(&key)?;
                 Some(CachedAnswer { key, result })
@@ -200,18 +223,13 @@ impl QueryService {
 
     /// How `analysis` with `params` is answered for `scope`: past the cache, or under a key
     /// naming the current versions of the tables it reads.
-    fn plan(
-        &self,
-        analysis: &QueryAnalysis,
-        params: &QueryParams,
-        scope: &AccessScope,
-        no_cache: bool,
-    ) -> Lookup {
+    fn plan(&self, analysis: &QueryAnalysis, params: &QueryParams, how: Run<'_>) -> Lookup {
         let mut options = ExecuteOptions {
             params: params.clone(),
             now: None,
+            control: how.control.clone(),
         };
-        if !self.config.enabled || no_cache {
+        if !self.config.enabled || how.no_cache {
             return Lookup::Bypass(options);
         }
         let clock_bucket = match (&analysis.cacheability, self.config.clock_granularity) {
@@ -242,7 +260,7 @@ impl QueryService {
             database: &analysis.database,
             params: params.fingerprint(),
             settings: self.engine.semantic_settings(),
-            scope,
+            scope: how.scope,
             clock_bucket,
             versions,
             retention_cutoffs,
@@ -254,10 +272,9 @@ impl QueryService {
         self: &Arc<Self>,
         analysis: Arc<QueryAnalysis>,
         params: &QueryParams,
-        scope: &AccessScope,
-        no_cache: bool,
+        how: Run<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
-        let (key, options) = match self.plan(&analysis, params, scope, no_cache) {
+        let (key, options) = match self.plan(&analysis, params, how) {
             Lookup::Bypass(options) => return self.bypass(&analysis, &options).await,
             Lookup::Keyed(key, options) => (key, options),
         };

@@ -109,6 +109,7 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
                     params: params.clone(),
                     scope: quiver_model::AccessScope::user(format!("user{}", rng.below(2))),
                     no_cache: false,
+                    control: Default::default(),
                 };
                 let cached = f.try_cached(request).await;
                 let uncached = f.try_uncached(sql, &params).await;

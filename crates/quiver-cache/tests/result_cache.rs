@@ -129,6 +129,7 @@ async fn volatile_and_metadata_queries_bypass_and_no_cache_stores_nothing() {
         database: "db".into(),
         sql: COUNT.into(),
         no_cache: true,
+        control: Default::default(),
         ..QueryRequest::default()
     };
     assert_eq!(f.cached_with(request.clone()).await.0, Verdict::Bypass);

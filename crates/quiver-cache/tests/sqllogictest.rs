@@ -113,6 +113,7 @@ impl Quiver {
         }
         let fresh_request = QueryRequest {
             no_cache: true,
+            control: Default::default(),
             ..request
         };
         let (fresh, _) = self.answer(&fresh_request).await?;

@@ -69,6 +69,7 @@ use quiver_cache::{AnswerBody, EncodingKey, QueryRequest, QueryService};
 use quiver_ingest::arrow_ingest::table_from_arrow;
 use quiver_ingest::arrow_ipc::MessageChecker;
 use quiver_model::{AccessScope, Classify, ErrorKind};
+use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
 use quiver_storage::{Durability, Store};
 use serde::{Deserialize, Serialize};
@@ -455,9 +456,51 @@ fn classified_status(e: &(impl Classify + ?Sized)) -> Status {
         }
         ErrorKind::NotFound => Status::not_found(message),
         ErrorKind::Conflict => Status::already_exists(message),
-        ErrorKind::ResourcesExhausted | ErrorKind::Unavailable => Status::unavailable(message),
+        ErrorKind::ResourcesExhausted => Status::resource_exhausted(message),
+        ErrorKind::TimedOut => Status::deadline_exceeded(message),
+        ErrorKind::Cancelled => Status::cancelled(message),
+        ErrorKind::Busy | ErrorKind::Unavailable => Status::unavailable(message),
         ErrorKind::Internal => Status::internal(message),
     }
+}
+
+/// What the governor is told of a Flight query: its protocol and the client's deadline
+/// (`grpc-timeout`: digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`).
+fn control_of(metadata: &MetadataMap) -> Result<QueryControl, Status> {
+    let timeout = match metadata.get("grpc-timeout") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(grpc_timeout)
+                .ok_or_else(|| Status::invalid_argument("malformed grpc-timeout header"))?,
+        ),
+    };
+    Ok(QueryControl {
+        protocol: Protocol::Flight,
+        timeout,
+        timeout_setting: "the gRPC deadline",
+        cancel: None,
+    })
+}
+
+/// A `grpc-timeout` value: at most 8 digits and a unit.
+fn grpc_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// A `FlightInfo` for `schema` whose one endpoint's ticket is `command`.
@@ -602,6 +645,7 @@ impl FlightSqlService for QuiverFlightSql {
             database: statement.database,
             sql: statement.sql,
             scope,
+            control: control_of(request.metadata())?,
             ..QueryRequest::default()
         };
         self.answer(request, Some(statement.schema), types).await
@@ -690,7 +734,9 @@ impl FlightSqlService for QuiverFlightSql {
         let scope = self.scope(request.metadata())?;
         let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
         let types = ResultTypes::of(request.metadata())?;
-        self.answer(prepared.request(), None, types).await
+        let mut statement = prepared.request();
+        statement.control = control_of(request.metadata())?;
+        self.answer(statement, None, types).await
     }
 
     async fn do_put_statement_ingest(
@@ -963,6 +1009,7 @@ impl Prepared {
             params: self.params.lock().clone(),
             scope: self.scope.clone(),
             no_cache: false,
+            control: QueryControl::default(),
         }
     }
 }
@@ -970,6 +1017,16 @@ impl Prepared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_deadlines_are_read() {
+        assert_eq!(grpc_timeout("1500m"), Some(Duration::from_millis(1500)));
+        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(grpc_timeout("S"), None);
+        assert_eq!(grpc_timeout("12x"), None);
+        assert_eq!(grpc_timeout("123456789S"), None);
+    }
 
     #[test]
     fn basic_credentials_accept_padded_and_unpadded_base64() {

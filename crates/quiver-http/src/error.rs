@@ -13,7 +13,16 @@ use serde_json::{json, Value};
 pub struct ApiError {
     status: StatusCode,
     body: Value,
+    /// Seconds after which a retry may succeed (`Retry-After`), for errors a retry can cure.
+    retry_after: Option<u32>,
 }
+
+/// Seconds a client refused because the server is busy is asked to wait.
+const BUSY_RETRY_AFTER_SECS: u32 = 1;
+
+/// The status of a request cancelled by its client or an operator (nginx's "client closed
+/// request"; no standard code says "cancelled").
+const CANCELLED: u16 = 499;
 
 impl ApiError {
     /// An error with a message and no details.
@@ -21,6 +30,7 @@ impl ApiError {
         ApiError {
             status,
             body: json!({ "error": message.into() }),
+            retry_after: None,
         }
     }
 
@@ -29,6 +39,15 @@ impl ApiError {
         ApiError {
             status,
             body: json!({ "error": message.into(), "data": data }),
+            retry_after: None,
+        }
+    }
+
+    /// The error message.
+    pub fn message(&self) -> String {
+        match self.body.get("error") {
+            Some(Value::String(message)) => message.clone(),
+            _ => self.body.to_string(),
         }
     }
 
@@ -39,7 +58,11 @@ impl ApiError {
 
     /// An error of a lower layer, with the status of its kind.
     pub fn classified(e: &(impl Classify + ?Sized)) -> Self {
-        ApiError::new(status_of(e.kind()), e.to_string())
+        let mut error = ApiError::new(status_of(e.kind()), e.to_string());
+        if e.kind() == ErrorKind::Busy {
+            error.retry_after = Some(BUSY_RETRY_AFTER_SECS);
+        }
+        error
     }
 }
 
@@ -50,8 +73,13 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Conflict => StatusCode::CONFLICT,
-        ErrorKind::LimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
-        ErrorKind::ResourcesExhausted | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        // a query over its memory or value limit fails again if retried: not a 503
+        ErrorKind::LimitExceeded | ErrorKind::ResourcesExhausted => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        ErrorKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::Cancelled => StatusCode::from_u16(CANCELLED).expect("a valid status code"),
+        ErrorKind::Busy | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -63,7 +91,13 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(status = %self.status, body = %self.body, "request rejected");
         }
-        (self.status, Json(self.body)).into_response()
+        let mut response = (self.status, Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

@@ -1,7 +1,8 @@
 //! Result formats of the query API and how each is encoded from Arrow record batches.
 //!
-//! `arrow` is streamed batch by batch as an Arrow IPC stream; the text formats and Parquet are
-//! encoded from the collected result. JSON (array of objects keyed by column name, as InfluxDB 3
+//! Every format but `pretty` is encoded batch by batch ([`StreamEncoder`]), so an answer is
+//! sent as it is computed and a response never holds the whole of it; `pretty` sizes its
+//! columns from the whole answer. JSON (array of objects keyed by column name, as InfluxDB 3
 //! returns it) and JSON Lines render timestamps as RFC 3339 and omit null values; CSV has a
 //! header row; `pretty` is the bordered table `quiver query` prints.
 
@@ -87,38 +88,33 @@ impl Format {
         }
     }
 
-    /// Encodes a whole result in one of the collected formats (everything but `arrow`, which
-    /// [`ArrowStreamEncoder`] streams; this also handles it, for completeness).
+    /// Encodes a whole result (what the result cache keeps): the same bytes a streamed
+    /// answer is made of.
     pub fn encode(
         self,
         schema: &SchemaRef,
         batches: &[RecordBatch],
     ) -> Result<Vec<u8>, ArrowError> {
-        match self {
-            Format::Json => encode_json(batches, true),
-            Format::JsonLines => encode_json(batches, false),
-            Format::Csv => encode_csv(schema, batches),
-            Format::Pretty => {
-                let text = arrow::util::pretty::pretty_format_batches(batches)?.to_string();
-                Ok(if batches.iter().all(|b| b.num_rows() == 0) {
-                    format!("{}\n(0 rows)\n", header_only(schema)?)
-                } else {
-                    text + "\n"
-                }
-                .into_bytes())
-            }
-            Format::Parquet => encode_parquet(schema, batches),
-            Format::Arrow => {
-                let mut encoder = ArrowStreamEncoder::new(schema)?;
-                let mut out = encoder.take_bytes();
-                for batch in batches {
-                    out.extend(encoder.encode(batch)?);
-                }
-                out.extend(encoder.finish()?);
-                Ok(out)
-            }
+        let Some(mut encoder) = StreamEncoder::new(self, schema)? else {
+            return encode_pretty(schema, batches);
+        };
+        let mut out = Vec::new();
+        for batch in batches {
+            out.extend(encoder.encode(batch)?);
         }
+        out.extend(encoder.finish()?);
+        Ok(out)
     }
+}
+
+fn encode_pretty(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
+    let text = arrow::util::pretty::pretty_format_batches(batches)?.to_string();
+    Ok(if batches.iter().all(|b| b.num_rows() == 0) {
+        format!("{}\n(0 rows)\n", header_only(schema)?)
+    } else {
+        text + "\n"
+    }
+    .into_bytes())
 }
 
 fn header_only(schema: &SchemaRef) -> Result<String, ArrowError> {
@@ -157,87 +153,149 @@ fn without_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> 
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-fn encode_json(batches: &[RecordBatch], array: bool) -> Result<Vec<u8>, ArrowError> {
-    let plain = batches
-        .iter()
-        .map(without_dictionaries)
-        .collect::<Result<Vec<_>, _>>()?;
-    let refs: Vec<&RecordBatch> = plain.iter().collect();
-    if array {
-        let mut writer = arrow::json::ArrayWriter::new(Vec::new());
-        writer.write_batches(&refs)?;
-        writer.finish()?;
-        let mut out = writer.into_inner();
-        if out.is_empty() {
-            out.extend_from_slice(b"[]");
-        }
-        Ok(out)
-    } else {
-        let mut writer = arrow::json::LineDelimitedWriter::new(Vec::new());
-        writer.write_batches(&refs)?;
-        writer.finish()?;
-        Ok(writer.into_inner())
+/// Where a streaming encoder writes: a buffer the bytes of each batch are taken from.
+#[derive(Clone, Default)]
+struct Sink(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl Sink {
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.lock())
     }
 }
 
-fn encode_csv(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
-    let mut writer = arrow::csv::WriterBuilder::new()
-        .with_header(true)
-        .build(Vec::new());
-    if batches.is_empty() {
-        writer.write(&without_dictionaries(&RecordBatch::new_empty(
-            schema.clone(),
-        ))?)?;
+impl std::io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
     }
-    for batch in batches {
-        writer.write(&without_dictionaries(batch)?)?;
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
-    Ok(writer.into_inner())
 }
 
-fn encode_parquet(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build();
-    let to_arrow = |e: parquet::errors::ParquetError| ArrowError::ExternalError(Box::new(e));
-    let mut writer =
-        ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties)).map_err(to_arrow)?;
-    for batch in batches {
-        writer.write(batch).map_err(to_arrow)?;
-    }
-    writer.into_inner().map_err(to_arrow)
+/// One format's writer.
+enum Writer {
+    JsonArray(arrow::json::ArrayWriter<Sink>),
+    JsonLines(arrow::json::LineDelimitedWriter<Sink>),
+    Csv(arrow::csv::Writer<Sink>),
+    Arrow(StreamWriter<Sink>),
+    Parquet(ArrowWriter<Sink>),
 }
 
-/// Encodes an Arrow IPC stream incrementally: the schema message first, then one chunk of bytes
-/// per batch, then the end-of-stream marker, so a response never holds the whole result.
-pub struct ArrowStreamEncoder {
-    writer: StreamWriter<Vec<u8>>,
+/// Encodes an answer batch by batch, so that a response never holds the whole of it: each
+/// call returns the bytes that batch adds (Parquet's come a row group at a time).
+pub struct StreamEncoder {
+    writer: Writer,
+    sink: Sink,
+    schema: SchemaRef,
+    /// Bytes were returned already (an empty JSON array still needs its brackets).
+    emitted: bool,
+    /// A batch was written (an empty CSV answer still needs its header).
+    wrote_batch: bool,
 }
 
-impl ArrowStreamEncoder {
-    /// Starts a stream; the schema message is available from [`Self::take_bytes`].
-    pub fn new(schema: &SchemaRef) -> Result<Self, ArrowError> {
-        Ok(ArrowStreamEncoder {
-            writer: StreamWriter::try_new(Vec::new(), schema)?,
-        })
+impl StreamEncoder {
+    /// An encoder for `format`; `None` for `pretty`, which needs the whole answer to size its
+    /// columns.
+    pub fn new(format: Format, schema: &SchemaRef) -> Result<Option<Self>, ArrowError> {
+        let sink = Sink::default();
+        let writer = match format {
+            Format::Json => Writer::JsonArray(arrow::json::ArrayWriter::new(sink.clone())),
+            Format::JsonLines => {
+                Writer::JsonLines(arrow::json::LineDelimitedWriter::new(sink.clone()))
+            }
+            Format::Csv => Writer::Csv(
+                arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(sink.clone()),
+            ),
+            Format::Arrow => Writer::Arrow(StreamWriter::try_new(sink.clone(), schema)?),
+            Format::Parquet => {
+                let properties = WriterProperties::builder()
+                    .set_compression(Compression::ZSTD(ZstdLevel::default()))
+                    .build();
+                Writer::Parquet(
+                    ArrowWriter::try_new(sink.clone(), schema.clone(), Some(properties))
+                        .map_err(parquet_error)?,
+                )
+            }
+            Format::Pretty => return Ok(None),
+        };
+        Ok(Some(StreamEncoder {
+            writer,
+            sink,
+            schema: schema.clone(),
+            emitted: false,
+            wrote_batch: false,
+        }))
     }
 
-    /// Bytes produced so far and not yet taken.
-    pub fn take_bytes(&mut self) -> Vec<u8> {
-        std::mem::take(self.writer.get_mut())
-    }
-
-    /// Encodes one batch and returns its bytes.
+    /// Encodes one batch; returns the bytes produced so far and not yet returned.
     pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, ArrowError> {
-        self.writer.write(batch)?;
-        Ok(self.take_bytes())
+        match &mut self.writer {
+            Writer::JsonArray(w) => w.write(&without_dictionaries(batch)?)?,
+            Writer::JsonLines(w) => w.write(&without_dictionaries(batch)?)?,
+            Writer::Csv(w) => w.write(&without_dictionaries(batch)?)?,
+            Writer::Arrow(w) => w.write(batch)?,
+            Writer::Parquet(w) => w.write(batch).map_err(parquet_error)?,
+        }
+        self.wrote_batch = true;
+        Ok(self.take())
     }
 
-    /// Ends the stream and returns the final bytes.
-    pub fn finish(&mut self) -> Result<Vec<u8>, ArrowError> {
-        self.writer.finish()?;
-        Ok(self.take_bytes())
+    /// Ends the answer; returns its last bytes.
+    pub fn finish(self) -> Result<Vec<u8>, ArrowError> {
+        match self.writer {
+            Writer::JsonArray(mut w) => {
+                w.finish()?;
+                if !self.emitted && self.sink.0.lock().is_empty() {
+                    return Ok(b"[]".to_vec());
+                }
+            }
+            Writer::JsonLines(mut w) => w.finish()?,
+            Writer::Csv(mut w) if !self.wrote_batch => {
+                let empty = RecordBatch::new_empty(self.schema.clone());
+                w.write(&without_dictionaries(&empty)?)?;
+            }
+            Writer::Csv(_) => {}
+            Writer::Arrow(mut w) => w.finish()?,
+            Writer::Parquet(w) => {
+                w.close().map_err(parquet_error)?;
+            }
+        }
+        Ok(self.sink.take())
     }
+
+    /// The bytes the schema alone produces (Arrow's schema message), without waiting for a
+    /// batch.
+    pub fn head(&mut self) -> Vec<u8> {
+        self.take()
+    }
+
+    /// A last record saying the answer failed, for the formats that can carry one (JSON
+    /// Lines: `{"error": "..."}`); the response is then cut short all the same.
+    pub fn error_record(&self, message: &str) -> Option<Vec<u8>> {
+        match self.writer {
+            Writer::JsonLines(_) => {
+                let mut line = serde_json::to_vec(&serde_json::json!({ "error": message }))
+                    .expect("a JSON object serializes");
+                line.push(b'\n');
+                Some(line)
+            }
+            _ => None,
+        }
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        let bytes = self.sink.take();
+        self.emitted |= !bytes.is_empty();
+        bytes
+    }
+}
+
+fn parquet_error(e: parquet::errors::ParquetError) -> ArrowError {
+    ArrowError::ExternalError(Box::new(e))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod configure;
 mod error;
 pub mod format;
 mod params;
+mod queries;
 mod query;
 mod storage;
 mod write;
@@ -54,6 +55,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/v3/query_sql",
             get(query::query_get).post(query::query_post),
         )
+        .route("/api/v3/queries", get(queries::list))
+        .route("/api/v3/queries/{id}", delete(queries::kill))
         .route("/api/v3/persist", post(storage::persist))
         .route("/api/v3/compact", post(storage::compact))
         .route("/api/v3/storage", get(storage::stats))

@@ -8,17 +8,18 @@
 //! (`Authorization` header), so callers with different credentials never share an entry.
 //!
 //! A cached answer is served as the ready bytes of the requested format (encoded once, on the
-//! first request in that format). An uncached `format=arrow` answer streams an Arrow IPC stream
-//! batch by batch; the other formats are encoded from the collected result. Errors before the
-//! first row are JSON error responses (404 for an unknown database or table, 400 for bad SQL);
-//! an error after rows have been sent aborts the response, so a client never mistakes a
-//! partial result for a whole one.
+//! first request in that format). An uncached answer streams batch by batch as it is
+//! computed, with backpressure (every format but `pretty`). Errors before the first row are
+//! JSON error responses (404 for an unknown database or table, 400 for bad SQL, 422 over a
+//! memory limit, 504 past a time limit, 499 when cancelled, 503 with `Retry-After` when the
+//! query queue is full); an error after rows have been sent aborts the response, so a client
+//! never mistakes a partial result for a whole one. A client that goes away stops its query.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -28,13 +29,14 @@ use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest};
 use quiver_model::AccessScope;
+use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::format::{ArrowStreamEncoder, Format};
+use crate::format::{Format, StreamEncoder};
 
 /// The response header carrying the result cache's verdict.
 pub const CACHE_HEADER: HeaderName = HeaderName::from_static("x-quiver-cache");
@@ -47,6 +49,8 @@ pub struct QueryBody {
     q: Option<String>,
     format: Option<String>,
     params: Option<Value>,
+    /// Seconds the query may run (a number; lowers `query_timeout_secs`, never raises it).
+    timeout_secs: Option<Value>,
 }
 
 /// `GET /api/v3/query_sql?db=&q=&format=&params=`
@@ -63,6 +67,7 @@ pub async fn query_get(
             .get("params")
             .map(|p| params_from_text(p))
             .transpose()?,
+        timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
     };
     run(app, request, &headers).await
 }
@@ -87,6 +92,9 @@ pub async fn query_post(
     request.db = request.db.or_else(|| params.get("db").cloned());
     request.q = request.q.or_else(|| params.get("q").cloned());
     request.format = request.format.or_else(|| params.get("format").cloned());
+    request.timeout_secs = request
+        .timeout_secs
+        .or_else(|| params.get("timeout_secs").map(|t| Value::String(t.clone())));
     if request.params.is_none() {
         request.params = params
             .get("params")
@@ -123,6 +131,12 @@ async fn run(
         params: query_params(request.params)?,
         scope: access_scope(headers),
         no_cache: asks_no_cache(headers),
+        control: QueryControl {
+            protocol: Protocol::Http,
+            timeout: timeout(request.timeout_secs)?,
+            timeout_setting: "timeout_secs",
+            cancel: None,
+        },
     };
     let answer = app.queries.query(&query).await?;
     let mut response = match answer.body {
@@ -169,26 +183,108 @@ async fn cached_response(
         .into_response())
 }
 
-/// An answer computed as it is sent.
+/// An answer computed as it is sent: the status goes out with the first batch (so a query
+/// that fails before it still gets an error status and body), then each batch as it is
+/// encoded, with backpressure from the client. A failure after rows were sent cuts the body
+/// short (after a last error record, in JSON Lines), so a client never mistakes a partial
+/// answer for a whole one.
 async fn streamed_response(output: QueryOutput, format: Format) -> Result<Response, ApiError> {
     let mut stream = output.stream;
-    // Run the query up to its first batch before answering, so that most execution errors
-    // still become a proper error status rather than a truncated body.
     let first = stream.try_next().await.map_err(QueryError::from)?;
     let content_type = [(header::CONTENT_TYPE, format.content_type())];
-    if format == Format::Arrow {
-        let body = arrow_body(&output.schema, first, stream)?;
-        return Ok((StatusCode::OK, content_type, body).into_response());
+    let Some(mut encoder) = StreamEncoder::new(format, &output.schema).map_err(encode_error)?
+    else {
+        // `pretty` sizes its columns from the whole answer
+        let mut batches: Vec<RecordBatch> = first.into_iter().collect();
+        while let Some(batch) = stream.try_next().await.map_err(QueryError::from)? {
+            batches.push(batch);
+        }
+        let schema = output.schema;
+        let bytes = batches.iter().map(RecordBatch::get_array_memory_size).sum();
+        let encoded =
+            encode_off_the_workers(format, bytes, move || format.encode(&schema, &batches)).await?;
+        return Ok((StatusCode::OK, content_type, encoded).into_response());
+    };
+    let mut head = encoder.head();
+    if let Some(batch) = first {
+        let (returned, bytes) = encode_batch(encoder, batch).await;
+        encoder = returned;
+        head.extend(bytes.map_err(encode_error)?);
     }
-    let mut batches: Vec<RecordBatch> = first.into_iter().collect();
-    while let Some(batch) = stream.try_next().await.map_err(QueryError::from)? {
-        batches.push(batch);
+    let body = futures::stream::once(async move { Ok(Bytes::from(head)) })
+        .chain(encoded_rest(encoder, stream));
+    Ok((StatusCode::OK, content_type, Body::from_stream(body)).into_response())
+}
+
+/// The encoded bytes of the batches after the first, then the end of the answer; an error
+/// (after the format's last error record, if it has one) ends the body abnormally.
+fn encoded_rest(
+    encoder: StreamEncoder,
+    rest: SendableRecordBatchStream,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::unfold(Some((encoder, rest)), |state| async move {
+        let (encoder, mut rest) = state?;
+        let (items, next) = match rest.next().await {
+            Some(Ok(batch)) => match encode_batch(encoder, batch).await {
+                (encoder, Ok(bytes)) => (vec![Ok(Bytes::from(bytes))], Some((encoder, rest))),
+                (_, Err(e)) => (vec![Err(std::io::Error::other(e.to_string()))], None),
+            },
+            Some(Err(e)) => {
+                let message = ApiError::from(QueryError::from(e)).message();
+                tracing::warn!(error = %message, "query failed while its answer streamed: cutting the response short");
+                let record = encoder.error_record(&message).map(Bytes::from);
+                return Some((failed_end(record, message).boxed(), None));
+            }
+            None => {
+                let last = encoder
+                    .finish()
+                    .map(Bytes::from)
+                    .map_err(|e| std::io::Error::other(e.to_string()));
+                (vec![last], None)
+            }
+        };
+        Some((futures::stream::iter(items).boxed(), next))
+    })
+    .flatten()
+}
+
+/// The end of an answer that failed: the format's error record, if it has one, then the
+/// error, which ends the body abnormally. The error waits one turn of the scheduler, so that
+/// the server writes the record out before it cuts the connection.
+fn failed_end(
+    record: Option<Bytes>,
+    message: String,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::iter(record.map(Ok)).chain(futures::stream::once(async move {
+        tokio::task::yield_now().await;
+        Err(std::io::Error::other(message))
+    }))
+}
+
+/// Encodes one batch, off the async workers if it is big; the encoder comes back with it.
+async fn encode_batch(
+    mut encoder: StreamEncoder,
+    batch: RecordBatch,
+) -> (StreamEncoder, Result<Vec<u8>, arrow::error::ArrowError>) {
+    if batch.get_array_memory_size() <= INLINE_ENCODE_BYTES {
+        let bytes = encoder.encode(&batch);
+        return (encoder, bytes);
     }
-    let schema = output.schema;
-    let bytes = batches.iter().map(RecordBatch::get_array_memory_size).sum();
-    let encoded =
-        encode_off_the_workers(format, bytes, move || format.encode(&schema, &batches)).await?;
-    Ok((StatusCode::OK, content_type, encoded).into_response())
+    let encoded = tokio::task::spawn_blocking(move || {
+        let bytes = encoder.encode(&batch);
+        (encoder, bytes)
+    });
+    match encoded.await {
+        Ok(done) => done,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+fn encode_error(e: arrow::error::ArrowError) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("cannot encode the answer: {e}"),
+    )
 }
 
 /// Answers holding at most this many bytes of Arrow arrays are encoded on the async thread
@@ -246,6 +342,25 @@ fn asks_no_cache(headers: &HeaderMap) -> bool {
         .any(|d| d == "no-cache" || d == "no-store")
 }
 
+/// The time limit a request asks for: `timeout_secs`, a positive number of seconds (in the
+/// query string or the JSON body).
+fn timeout(value: Option<Value>) -> Result<Option<Duration>, ApiError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let secs = match &value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match secs.and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+        Some(limit) if !limit.is_zero() => Ok(Some(limit)),
+        _ => Err(ApiError::bad_request(format!(
+            "\"timeout_secs\" must be a positive number of seconds, not {value}"
+        ))),
+    }
+}
+
 /// `params` given as text in the query string.
 fn params_from_text(text: &str) -> Result<Value, ApiError> {
     serde_json::from_str(text).map_err(|e| {
@@ -300,42 +415,4 @@ fn scalar(value: Value, placeholder: &str) -> Result<ScalarValue, ApiError> {
             )))
         }
     })
-}
-
-/// An Arrow IPC stream body: schema, the first batch, then each batch as it is produced.
-fn arrow_body(
-    schema: &SchemaRef,
-    first: Option<RecordBatch>,
-    rest: SendableRecordBatchStream,
-) -> Result<Body, ApiError> {
-    let encode_error = |e: arrow::error::ArrowError| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode Arrow IPC: {e}"),
-        )
-    };
-    let mut encoder = ArrowStreamEncoder::new(schema).map_err(encode_error)?;
-    let mut head = encoder.take_bytes();
-    if let Some(batch) = &first {
-        head.extend(encoder.encode(batch).map_err(encode_error)?);
-    }
-    let state = (Some(encoder), rest);
-    let tail = futures::stream::unfold(state, |(encoder, mut rest)| async move {
-        let mut encoder = encoder?;
-        let chunk = match rest.next().await {
-            Some(Ok(batch)) => encoder.encode(&batch).map(|bytes| (bytes, Some(encoder))),
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "query failed while streaming Arrow; aborting the response");
-                return Some((Err(std::io::Error::other(e.to_string())), (None, rest)));
-            }
-            None => encoder.finish().map(|bytes| (bytes, None)),
-        };
-        match chunk {
-            Ok((bytes, next)) => Some((Ok(Bytes::from(bytes)), (next, rest))),
-            Err(e) => Some((Err(std::io::Error::other(e.to_string())), (None, rest))),
-        }
-    });
-    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
-        .chain(tail);
-    Ok(Body::from_stream(body))
 }

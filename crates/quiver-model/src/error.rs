@@ -19,8 +19,16 @@ pub enum ErrorKind {
     /// The request would grow what the server holds past a configured limit (databases,
     /// tables, columns).
     LimitExceeded,
-    /// The request needs more memory than the server grants it.
+    /// The request needs more memory than the server grants it, or would produce a value
+    /// larger than the largest one allowed. Retrying it unchanged fails again.
     ResourcesExhausted,
+    /// The request ran longer than its time limit and was stopped.
+    TimedOut,
+    /// The request was cancelled: by its client, or by an operator.
+    Cancelled,
+    /// The server is running and queueing as many requests of this kind as it takes; the
+    /// same request may succeed in a moment.
+    Busy,
     /// The server cannot take the request now (its write buffer is full and not draining,
     /// it is stopping); the same request may succeed later.
     Unavailable,

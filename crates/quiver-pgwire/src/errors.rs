@@ -7,6 +7,7 @@ use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 use quiver_model::Classify;
+use quiver_query::governance::StopReason;
 use quiver_query::QueryError;
 
 /// SQLSTATE codes used here (PostgreSQL's Appendix A).
@@ -45,6 +46,12 @@ pub(super) mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     /// The query needed more memory than allowed.
     pub const OUT_OF_MEMORY: &str = "53200";
+    /// A value larger than one value may be.
+    pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+    /// The query was cancelled or ran past its time limit.
+    pub const QUERY_CANCELED: &str = "57014";
+    /// As many queries run and wait as the server takes.
+    pub const INSUFFICIENT_RESOURCES: &str = "53000";
     /// A failure that is not the client's fault.
     pub const INTERNAL_ERROR: &str = "XX000";
 }
@@ -74,6 +81,10 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::TableNotFound { .. } => sqlstate::UNDEFINED_TABLE,
         QueryError::Invalid(e) => datafusion_code(e),
         QueryError::ResourcesExhausted(_) => sqlstate::OUT_OF_MEMORY,
+        QueryError::ValueTooLarge(_) => sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        QueryError::Stopped(StopReason::ServerMemory { .. }) => sqlstate::OUT_OF_MEMORY,
+        QueryError::Stopped(_) => sqlstate::QUERY_CANCELED,
+        QueryError::Busy { .. } => sqlstate::INSUFFICIENT_RESOURCES,
         QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
     };
     if e.kind().is_server_fault() {

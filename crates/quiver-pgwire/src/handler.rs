@@ -37,8 +37,9 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
-use quiver_cache::{AnswerBody, CachedAnswer, QueryService};
+use quiver_cache::{AnswerBody, CachedAnswer, QueryService, Run};
 use quiver_model::AccessScope;
+use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
 use rust_decimal::Decimal;
 
@@ -324,9 +325,20 @@ impl PgHandler {
         described: Option<&SchemaRef>,
     ) -> PgWireResult<Response> {
         let signal = session.cancel_signal();
+        let control = QueryControl {
+            protocol: Protocol::Postgres,
+            timeout: session.settings.statement_timeout(),
+            timeout_setting: "statement_timeout",
+            cancel: None,
+        };
+        let how = Run {
+            scope: &session.scope,
+            no_cache: false,
+            control: &control,
+        };
         let answer = async {
             self.queries
-                .query_analyzed(analysis, params, &session.scope, false)
+                .query_analyzed(analysis, params, how)
                 .await
                 .map_err(|e| query_error(&e))
         };

@@ -8,6 +8,7 @@
 //! session and shown back by `SHOW`, and do not change query results.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use pgwire::api::auth::{DefaultServerParameterProvider, ServerParameterProvider};
@@ -131,8 +132,17 @@ impl SessionSettings {
             return Ok(());
         };
         check_fixed(&key, &value)?;
+        if key == "statement_timeout" {
+            parse_timeout(&value)?;
+        }
         self.0.lock().insert(key, value);
         Ok(())
+    }
+
+    /// The session's `statement_timeout`, if it set one (0 is none).
+    pub(super) fn statement_timeout(&self) -> Option<Duration> {
+        let value = self.0.lock().get("statement_timeout").cloned()?;
+        parse_timeout(&value).ok().flatten()
     }
 
     /// `RESET name`, or `RESET ALL` for `None`.
@@ -193,6 +203,34 @@ impl SessionSettings {
     }
 }
 
+/// A `statement_timeout` value as PostgreSQL reads it: milliseconds, or a number with a unit
+/// (`us`, `ms`, `s`, `min`, `h`, `d`); 0 is no limit.
+fn parse_timeout(value: &str) -> PgWireResult<Option<Duration>> {
+    let text = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let millis_per_unit = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => f64::NAN,
+    };
+    let millis = number.parse::<f64>().map(|n| n * millis_per_unit);
+    match millis {
+        Ok(0.0) => Ok(None),
+        Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1000.0))),
+        _ => Err(error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"statement_timeout\": \"{value}\""),
+        )),
+    }
+}
+
 /// Refuses values of the settings Quiver keeps fixed (encoding, date style, time zone).
 fn check_fixed(key: &str, value: &str) -> PgWireResult<()> {
     let normalized = value.trim().trim_matches('\'').to_ascii_lowercase();
@@ -234,6 +272,31 @@ mod tests {
         assert!(check_fixed("datestyle", "ISO, MDY").is_ok());
         assert!(check_fixed("datestyle", "SQL").is_err());
         assert!(check_fixed("application_name", "anything").is_ok());
+    }
+
+    #[test]
+    fn statement_timeouts_read_as_postgresql_reads_them() {
+        assert_eq!(parse_timeout("0").unwrap(), None);
+        assert_eq!(
+            parse_timeout("250").unwrap(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(parse_timeout("'2s'").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(
+            parse_timeout("1min").unwrap(),
+            Some(Duration::from_secs(60))
+        );
+        assert!(parse_timeout("soon").is_err());
+        assert!(parse_timeout("-5").is_err());
+        let settings = SessionSettings::default();
+        settings
+            .set("statement_timeout", Some("1500".into()))
+            .unwrap();
+        assert_eq!(
+            settings.statement_timeout(),
+            Some(Duration::from_millis(1500))
+        );
+        assert!(settings.set("statement_timeout", Some("x".into())).is_err());
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct QueryAnalysis {
     pub database: String,
     /// The canonical text (see the module documentation).
     pub canonical: String,
+    /// The statement as received (what the list of running queries shows).
+    pub text: String,
     /// Every Quiver table the statement reads, sorted, without duplicates.
     pub tables: Vec<ScannedTable>,
     /// Whether the answer can be cached.
@@ -158,6 +160,7 @@ pub(crate) fn analyze(
     Ok(QueryAnalysis {
         database: database.to_string(),
         canonical,
+        text: sql.to_string(),
         tables: tables.into_iter().collect(),
         cacheability,
         statement,

@@ -3,19 +3,23 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::error::ArrowError;
 use chrono::{DateTime, Utc};
 use datafusion::common::TableReference;
 use datafusion::error::DataFusionError;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::{SendableRecordBatchStream, SessionState};
-use datafusion::physical_plan::execute_stream;
+use datafusion::execution::{SendableRecordBatchStream, SessionState, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
+use futures::StreamExt;
 use parking_lot::Mutex;
 use quiver_model::{Classify, ErrorKind};
 use quiver_storage::{StorageError, Store};
@@ -24,6 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::filter_order::FilterOrderRule;
+use crate::governance::value_limits::{self, ValueTooLarge};
+use crate::governance::{Governor, Limits, QueryControl, StopReason};
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
@@ -37,11 +43,26 @@ pub struct QueryOptions {
     /// cores.
     #[serde(rename = "query_partitions")]
     pub target_partitions: usize,
-    /// Memory in bytes that running queries together may use for operators that buffer
-    /// (sorts, joins, aggregations); a query needing more fails with a clear error instead of
-    /// exhausting RAM.
+    /// Memory in bytes one running query may hold in operators that buffer (sorts, joins,
+    /// aggregations and their states); sorts and aggregations spill to disk under the data
+    /// directory before a query needing more fails with an error naming this setting. The
+    /// default is a quarter of the memory budget (physical memory or the cgroup limit).
     #[serde(rename = "query_memory_bytes")]
     pub memory_limit_bytes: usize,
+    /// The process's memory ceiling: what all queries together may reserve, and the resident
+    /// memory past which the running query holding the most is cancelled. The default is 80 %
+    /// of the memory budget.
+    pub max_server_memory_bytes: usize,
+    /// The most bytes one function call may produce (`repeat`, `lpad`, `array_repeat`,
+    /// `generate_series` as a value), capped by `query_memory_bytes`.
+    pub max_value_bytes: usize,
+    /// Seconds a query may run, from its arrival (0: no limit). A client may ask for less:
+    /// PostgreSQL `statement_timeout`, the gRPC deadline, HTTP `timeout_secs`.
+    pub query_timeout_secs: u64,
+    /// Queries that run at once; more wait in arrival order (0: twice the cores, at least 4).
+    pub max_concurrent_queries: usize,
+    /// Queries that may wait for a slot; beyond that a query is refused at once.
+    pub max_queued_queries: usize,
     /// Extensions applied to every database's session when it is created, in order.
     #[serde(skip)]
     pub session_setup: Vec<Arc<dyn SessionSetup>>,
@@ -49,9 +70,15 @@ pub struct QueryOptions {
 
 impl Default for QueryOptions {
     fn default() -> Self {
+        let budget = crate::governance::system::memory_budget_bytes();
         QueryOptions {
             target_partitions: 0,
-            memory_limit_bytes: 4 << 30,
+            memory_limit_bytes: usize::try_from(budget / 4).unwrap_or(usize::MAX),
+            max_server_memory_bytes: usize::try_from(budget / 10 * 8).unwrap_or(usize::MAX),
+            max_value_bytes: 256 << 20,
+            query_timeout_secs: 0,
+            max_concurrent_queries: 0,
+            max_queued_queries: 128,
             session_setup: Vec::new(),
         }
     }
@@ -64,6 +91,28 @@ impl QueryOptions {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         }
+    }
+
+    /// The limits the governor enforces, with the automatic values resolved.
+    fn limits(&self) -> Limits {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Limits {
+            query_memory_bytes: self.memory_limit_bytes,
+            max_server_memory_bytes: self.max_server_memory_bytes,
+            query_timeout: (self.query_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.query_timeout_secs)),
+            max_concurrent_queries: match self.max_concurrent_queries {
+                0 => (2 * cores).max(4),
+                n => n,
+            },
+            max_queued_queries: self.max_queued_queries,
+            threads: self.partitions(),
+        }
+    }
+
+    /// The most bytes one function call may produce.
+    fn value_limit(&self) -> u64 {
+        self.max_value_bytes.min(self.memory_limit_bytes) as u64
     }
 }
 
@@ -93,9 +142,26 @@ pub enum QueryError {
     /// The statement is not valid SQL, or cannot be planned or executed (user error).
     #[error("{0}")]
     Invalid(DataFusionError),
-    /// The query needed more memory than the configured limit.
-    #[error("query exceeded the memory limit: {0}")]
+    /// The query needed more memory than its limit (or the server's) allows.
+    #[error("{}", resources_message(.0))]
     ResourcesExhausted(DataFusionError),
+    /// A function call would have produced a value over `max_value_bytes`.
+    #[error("{0}")]
+    ValueTooLarge(ValueTooLarge),
+    /// The query was stopped: timed out, cancelled, or over the server's memory ceiling.
+    #[error("{0}")]
+    Stopped(StopReason),
+    /// As many queries run and wait as the server takes.
+    #[error(
+        "the server is busy: {running} queries are running and {queued} are waiting \
+         (max_concurrent_queries, max_queued_queries); retry shortly"
+    )]
+    Busy {
+        /// `max_concurrent_queries`.
+        running: usize,
+        /// `max_queued_queries`.
+        queued: usize,
+    },
     /// A failure that is not the caller's fault.
     #[error("internal error: {0}")]
     Internal(DataFusionError),
@@ -108,7 +174,15 @@ impl Classify for QueryError {
                 ErrorKind::NotFound
             }
             QueryError::Invalid(_) => ErrorKind::Invalid,
-            QueryError::ResourcesExhausted(_) => ErrorKind::ResourcesExhausted,
+            QueryError::ResourcesExhausted(_) | QueryError::ValueTooLarge(_) => {
+                ErrorKind::ResourcesExhausted
+            }
+            QueryError::Stopped(StopReason::TimedOut { .. }) => ErrorKind::TimedOut,
+            QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
+            QueryError::Stopped(StopReason::CancelledByClient | StopReason::Killed { .. }) => {
+                ErrorKind::Cancelled
+            }
+            QueryError::Busy { .. } => ErrorKind::Busy,
             QueryError::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -124,6 +198,9 @@ impl From<DataFusionError> for QueryError {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
         let mut resources = false;
         while let Some(error) = cause {
+            if let Some(governed) = governance_error(error) {
+                return governed;
+            }
             match fault_of(error) {
                 Some(Fault::Server) => return QueryError::Internal(e),
                 Some(Fault::Resources) => resources = true,
@@ -136,6 +213,32 @@ impl From<DataFusionError> for QueryError {
         } else {
             QueryError::Invalid(e)
         }
+    }
+}
+
+/// The memory error's own words: the innermost "Resources exhausted" message, which names the
+/// limit and the setting (see `governance::pool`).
+fn resources_message(e: &DataFusionError) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = cause {
+        if let Some(DataFusionError::ResourcesExhausted(message)) =
+            error.downcast_ref::<DataFusionError>()
+        {
+            return format!("query exceeded a memory limit: {message}");
+        }
+        cause = error.source();
+    }
+    format!("query exceeded a memory limit: {e}")
+}
+
+/// The governor's verdict carried through DataFusion: a stopped query or a value too large.
+fn governance_error(error: &(dyn std::error::Error + 'static)) -> Option<QueryError> {
+    if let Some(too_large) = error.downcast_ref::<ValueTooLarge>() {
+        return Some(QueryError::ValueTooLarge(too_large.clone()));
+    }
+    match error.downcast_ref::<QueryError>()? {
+        QueryError::Stopped(reason) => Some(QueryError::Stopped(reason.clone())),
+        _ => None,
     }
 }
 
@@ -195,6 +298,8 @@ pub struct QueryEngine {
     contexts: Mutex<HashMap<String, SessionContext>>,
     /// See [`QueryEngine::semantic_settings`].
     semantic_settings: String,
+    /// Admission, limits and cancellation of running queries.
+    governor: Arc<Governor>,
 }
 
 /// What a statement returns and what it needs bound, known before running it.
@@ -213,6 +318,8 @@ pub struct ExecuteOptions {
     pub params: QueryParams,
     /// The query's clock (`now()`, `current_date`); the actual time if `None`.
     pub now: Option<DateTime<Utc>>,
+    /// Where the query came from, its time limit and its cancellation.
+    pub control: QueryControl,
 }
 
 impl QueryEngine {
@@ -220,10 +327,14 @@ impl QueryEngine {
     pub fn new(store: Arc<Store>, options: QueryOptions) -> Result<Self, QueryError> {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.memory_limit_bytes, 1.0)
-            .build_arc()?;
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(spill_mode(store.data_dir())?),
+            );
+        let runtime = runtime.build_arc()?;
         if let Some(data_dir) = store.data_dir() {
             crate::provider::register_data_store(&runtime, data_dir)?;
         }
+        let governor = Governor::start(options.limits())?;
         let config = session_config(&options);
         let settings = config.options();
         let semantic_settings = format!(
@@ -236,6 +347,7 @@ impl QueryEngine {
             runtime,
             contexts: Mutex::new(HashMap::new()),
             semantic_settings,
+            governor,
         })
     }
 
@@ -254,6 +366,7 @@ impl QueryEngine {
         );
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
         ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
+        value_limits::cap_functions(&ctx, self.options.value_limit());
         for setup in &self.options.session_setup {
             setup.setup(&ctx, database).map_err(|e| {
                 QueryError::Internal(DataFusionError::Context(
@@ -366,25 +479,40 @@ impl QueryEngine {
         if let Some(now) = options.now {
             state.execution_props_mut().query_execution_start_time = Some(now);
         }
-        let started = guard_future("planning the query", async {
-            let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
-            datafusion::execution::context::SQLOptions::new()
-                .with_allow_ddl(false)
-                .with_allow_dml(false)
-                .with_allow_statements(false)
-                .verify_plan(&plan)?;
-            if let Some(params) = options.params.to_param_values() {
-                plan = plan.with_param_values(params)?;
-            }
-            let schema = Arc::new(plan.schema().as_arrow().clone());
-            let physical = state.create_physical_plan(&plan).await?;
-            let stream = execute_stream(physical, state.task_ctx())?;
-            Ok(QueryOutput {
-                schema,
-                stream: guard_stream(stream),
+        let admitted = self
+            .governor
+            .admit(&analysis.database, &analysis.text, &options.control)
+            .await?;
+        let statement = analysis.statement.clone();
+        let params = options.params.to_param_values();
+        let start = move |runtime: Arc<RuntimeEnv>| {
+            guard_future("planning the query", async move {
+                let mut plan = state.statement_to_plan(statement).await?;
+                datafusion::execution::context::SQLOptions::new()
+                    .with_allow_ddl(false)
+                    .with_allow_dml(false)
+                    .with_allow_statements(false)
+                    .verify_plan(&plan)?;
+                if let Some(params) = params {
+                    plan = plan.with_param_values(params)?;
+                }
+                let schema = Arc::new(plan.schema().as_arrow().clone());
+                let physical = state.create_physical_plan(&plan).await?;
+                let task = TaskContext::from(&state).with_runtime(runtime);
+                let stream = execute_stream(physical.clone(), Arc::new(task))?;
+                Ok(QueryOutput {
+                    schema,
+                    stream: guard_stream(holding(physical, stream)),
+                })
             })
-        });
-        Ok(started.await?)
+        };
+        let start = move |runtime| async move { Ok(start(runtime).await?) };
+        self.governor.run(admitted, &self.runtime, start).await
+    }
+
+    /// The queries running and queued, and the means to cancel one.
+    pub fn governor(&self) -> &Arc<Governor> {
+        &self.governor
     }
 
     /// The output schema of an analysed statement and its placeholders' types (`None` where
@@ -454,6 +582,46 @@ impl QueryEngine {
         }
         Ok(())
     }
+}
+
+/// `stream`, keeping `plan` (and the files its scans hold) until the query ends: a file a
+/// query has read is not deleted under it while its answer is still being sent, as it was
+/// not while the answer was computed.
+fn holding(
+    plan: Arc<dyn ExecutionPlan>,
+    stream: SendableRecordBatchStream,
+) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream.map(move |batch| {
+            let _held = &plan;
+            batch
+        }),
+    ))
+}
+
+/// Where sorts, joins and aggregations spill: `spill/` under the data directory, emptied now
+/// (files of an earlier process are garbage); the system's temporary directory for a store
+/// without one.
+fn spill_mode(data_dir: Option<&std::path::Path>) -> Result<DiskManagerMode, QueryError> {
+    let Some(data_dir) = data_dir else {
+        return Ok(DiskManagerMode::OsTmpDirectory);
+    };
+    let spill = data_dir.join("spill");
+    let cannot = |e: std::io::Error| {
+        QueryError::Internal(DataFusionError::Context(
+            format!("cannot prepare the spill directory {}", spill.display()),
+            Box::new(DataFusionError::IoError(e)),
+        ))
+    };
+    match std::fs::remove_dir_all(&spill) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(cannot(e)),
+    }
+    std::fs::create_dir_all(&spill).map_err(cannot)?;
+    Ok(DiskManagerMode::Directories(vec![spill.clone()]))
 }
 
 fn session_config(options: &QueryOptions) -> SessionConfig {

@@ -12,6 +12,7 @@ mod column_compare;
 mod dedup_exec;
 mod engine;
 mod filter_order;
+pub mod governance;
 mod latest;
 mod panic_guard;
 mod params;

@@ -600,8 +600,15 @@ async fn compaction_removes_the_deduplicating_merge_and_waits_for_running_scans(
         pruned.len() >= 3 && pruned.iter().all(|(total, matched)| matched < total),
         "every merged file prunes row groups of other hosts: {pruned:?}\n{analyzed}"
     );
-    // a scan that started before the compaction holds its files
-    let running = queries.execute("db", "SELECT * FROM cpu").await.unwrap();
+    // a query that started before the compaction holds its files until it ends: its answer
+    // has more batches than a query computes ahead of its client, so it is still running
+    let running = queries
+        .execute(
+            "db",
+            "SELECT * FROM generate_series(1, 50) g(n) CROSS JOIN cpu",
+        )
+        .await
+        .unwrap();
     let files_before = parquet_files(dir.path());
     let summary = store.compact_now(CompactionScope::default()).unwrap();
     assert!(
@@ -625,7 +632,7 @@ async fn compaction_removes_the_deduplicating_merge_and_waits_for_running_scans(
     let scanned: Vec<RecordBatch> = running.stream.try_collect().await.unwrap();
     assert_eq!(
         scanned.iter().map(RecordBatch::num_rows).sum::<usize>(),
-        2000
+        2000 * 50
     );
     // the next compaction run deletes what nothing holds any more
     store.compact_now(CompactionScope::default()).unwrap();

@@ -118,6 +118,30 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_ttl_secs: Option<u64>,
+    /// Bytes one running query may hold in sorts, joins and aggregations before spilling.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_memory_bytes: Option<usize>,
+    /// The process's memory ceiling in bytes.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_server_memory_bytes: Option<usize>,
+    /// The most bytes one function call may produce.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_value_bytes: Option<usize>,
+    /// Seconds a query may run (0: no limit).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_timeout_secs: Option<u64>,
+    /// Queries that run at once (0: twice the cores, at least 4).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_queries: Option<usize>,
+    /// Queries that may wait for a slot.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_queued_queries: Option<usize>,
 }
 
 impl Config {
@@ -354,6 +378,11 @@ mod tests {
             "max_columns_per_table",
             "query_partitions",
             "query_memory_bytes",
+            "max_server_memory_bytes",
+            "max_value_bytes",
+            "query_timeout_secs",
+            "max_concurrent_queries",
+            "max_queued_queries",
             "wal_fsync",
             "wal_segment_bytes",
             "wal_recovery",

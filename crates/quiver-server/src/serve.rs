@@ -103,6 +103,15 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     let postgres_catalog = PostgresCatalog::new(store.clone())
         .map_err(|e| ServeError::Config(format!("cannot build the PostgreSQL catalog: {e}")))?;
     let mut query_options = config.query.clone();
+    tracing::info!(
+        query_memory_bytes = query_options.memory_limit_bytes,
+        max_server_memory_bytes = query_options.max_server_memory_bytes,
+        max_value_bytes = query_options.max_value_bytes,
+        query_timeout_secs = query_options.query_timeout_secs,
+        max_concurrent_queries = query_options.max_concurrent_queries,
+        max_queued_queries = query_options.max_queued_queries,
+        "query governance"
+    );
     query_options.session_setup.push(Arc::new(postgres_catalog));
     let engine = Arc::new(QueryEngine::new(store.clone(), query_options)?);
     let cache = config.cache.clone();

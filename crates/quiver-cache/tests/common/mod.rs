@@ -162,7 +162,7 @@ impl Fixture {
         let analysis = self.engine.analyze("db", sql).map_err(|e| e.to_string())?;
         let options = quiver_query::ExecuteOptions {
             params: params.clone(),
-            now: None,
+            ..Default::default()
         };
         let output = self
             .engine

@@ -1,0 +1,554 @@
+//! Query governance: one careless query costs its author an error, never the server its life
+//! nor the other clients their writes.
+//!
+//! Every query that runs the engine (result-cache hits never get here) is *admitted*: it gets
+//! an id, appears in [`Governor::list`], and waits in arrival order for one of
+//! `max_concurrent_queries` slots, with at most `max_queued_queries` waiting (beyond that it is
+//! refused at once, [`QueryError::Busy`]). It then runs on the governor's own runtime, apart
+//! from the threads that accept requests and writes, at a lower CPU priority, and its batches
+//! cross to the caller through a small channel, so a slow reader holds a query back instead of
+//! letting it pile up answers. It stops, releasing its memory, when its deadline passes
+//! (`query_timeout_secs`, or a shorter one its protocol asks for), when its caller cancels or
+//! goes away (dropping the stream), when an operator kills it ([`Governor::kill`]), or when
+//! the process nears `max_server_memory_bytes` and it holds the most memory (the
+//! [`watchdog`]). Its operators reserve memory from a pool of its own ([`pool`]), and the
+//! functions whose output size their arguments decide are capped ([`value_limits`]).
+
+pub(crate) mod pool;
+pub mod system;
+pub(crate) mod value_limits;
+mod watchdog;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::execution::memory_pool::MemoryPool;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{QueryError, QueryOutput};
+use pool::{QueryPool, ServerMemory};
+
+/// The limits the governor enforces (resolved: no "0 = automatic" left).
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub(crate) query_memory_bytes: usize,
+    pub(crate) max_server_memory_bytes: usize,
+    pub(crate) query_timeout: Option<Duration>,
+    pub(crate) max_concurrent_queries: usize,
+    pub(crate) max_queued_queries: usize,
+    pub(crate) threads: usize,
+}
+
+/// The protocol a query arrived by, as [`Governor::list`] shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// The HTTP API.
+    Http,
+    /// Arrow Flight SQL.
+    Flight,
+    /// The PostgreSQL wire protocol.
+    Postgres,
+    /// A caller inside the process (tests, tools).
+    #[default]
+    Embedded,
+}
+
+/// What a protocol tells the governor about one query.
+#[derive(Debug, Clone, Default)]
+pub struct QueryControl {
+    /// Where the query came from.
+    pub protocol: Protocol,
+    /// A time limit the caller asked for; the query gets the shorter of it and the server's.
+    pub timeout: Option<Duration>,
+    /// The name of the setting that set [`QueryControl::timeout`] (`statement_timeout`, ...),
+    /// for the error message.
+    pub timeout_setting: &'static str,
+    /// Cancelled by the caller to stop the query (a PostgreSQL CancelRequest, say).
+    pub cancel: Option<CancellationToken>,
+}
+
+/// Why a running query was stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StopReason {
+    /// Its deadline passed.
+    #[error("the query ran longer than its time limit of {limit:?} ({setting}) and was stopped")]
+    TimedOut {
+        /// The limit.
+        limit: Duration,
+        /// The setting that set it.
+        setting: &'static str,
+    },
+    /// Its client cancelled it.
+    #[error("the query was cancelled by its client")]
+    CancelledByClient,
+    /// An operator cancelled it.
+    #[error("the query was cancelled by an operator (query id {id})")]
+    Killed {
+        /// The query's id.
+        id: u64,
+    },
+    /// The process reached its memory ceiling while this query held the most memory.
+    #[error(
+        "the server reached its memory ceiling ({resident} bytes resident of \
+         max_server_memory_bytes = {limit}) and this query, holding the most memory of those \
+         running, was cancelled"
+    )]
+    ServerMemory {
+        /// The process's resident bytes when it was stopped.
+        resident: u64,
+        /// The ceiling.
+        limit: u64,
+    },
+}
+
+/// Whether a listed query runs or waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryState {
+    /// Waiting for a slot.
+    Queued,
+    /// Running.
+    Running,
+}
+
+/// One query as `GET /api/v3/queries` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryInfo {
+    /// Its id (for [`Governor::kill`]).
+    pub id: u64,
+    /// The database it runs in.
+    pub db: String,
+    /// Its text (the first [`LISTED_SQL_CHARS`] characters).
+    pub sql: String,
+    /// Where it came from.
+    pub protocol: Protocol,
+    /// Running or queued.
+    pub state: QueryState,
+    /// Seconds since it arrived.
+    pub elapsed_secs: f64,
+    /// Bytes its operators hold.
+    pub memory_bytes: usize,
+}
+
+/// How much of a query's text the list shows.
+pub const LISTED_SQL_CHARS: usize = 4096;
+
+/// One admitted query (see the module comment).
+struct Tracked {
+    id: u64,
+    database: String,
+    sql: String,
+    protocol: Protocol,
+    arrived: Instant,
+    running: AtomicBool,
+    pool: OnceLock<Arc<QueryPool>>,
+    stop: CancellationToken,
+    reason: OnceLock<StopReason>,
+}
+
+impl Tracked {
+    /// Stops the query for `reason` (the first reason given wins).
+    fn stop(&self, reason: StopReason) {
+        let _ = self.reason.set(reason);
+        self.stop.cancel();
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.pool.get().map_or(0, |pool| pool.reserved())
+    }
+
+    fn info(&self) -> QueryInfo {
+        QueryInfo {
+            id: self.id,
+            db: self.database.clone(),
+            sql: self.sql.chars().take(LISTED_SQL_CHARS).collect(),
+            protocol: self.protocol,
+            state: if self.running.load(Ordering::Relaxed) {
+                QueryState::Running
+            } else {
+                QueryState::Queued
+            },
+            elapsed_secs: self.arrived.elapsed().as_secs_f64(),
+            memory_bytes: self.memory_bytes(),
+        }
+    }
+}
+
+/// The queries admitted and the slots they share.
+pub struct Governor {
+    limits: Limits,
+    queries: Mutex<BTreeMap<u64, Arc<Tracked>>>,
+    next_id: AtomicU64,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    server_memory: Arc<ServerMemory>,
+    runtime: QueryRuntime,
+}
+
+impl Governor {
+    /// A governor enforcing `limits`, with its runtime and its memory watchdog started.
+    pub(crate) fn start(limits: Limits) -> Result<Arc<Self>, QueryError> {
+        let runtime = QueryRuntime::start(limits.threads)?;
+        let governor = Arc::new(Governor {
+            slots: Arc::new(Semaphore::new(limits.max_concurrent_queries.max(1))),
+            server_memory: ServerMemory::new(limits.max_server_memory_bytes),
+            queries: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+            waiting: AtomicUsize::new(0),
+            runtime,
+            limits,
+        });
+        watchdog::start(
+            Arc::downgrade(&governor),
+            governor.limits.max_server_memory_bytes,
+        );
+        Ok(governor)
+    }
+
+    /// The queries running and queued, oldest first.
+    pub fn list(&self) -> Vec<QueryInfo> {
+        self.queries.lock().values().map(|q| q.info()).collect()
+    }
+
+    /// Cancels query `id`; false if no such query runs or waits.
+    pub fn kill(&self, id: u64) -> bool {
+        let found = self.queries.lock().get(&id).cloned();
+        match found {
+            Some(query) => {
+                tracing::info!(id, sql = %query.sql, "query cancelled by an operator");
+                query.stop(StopReason::Killed { id });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes all running queries' operators hold.
+    pub fn reserved_bytes(&self) -> usize {
+        self.server_memory.reserved()
+    }
+
+    /// Registers a query and waits for its slot (or refuses it when the queue is full).
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        database: &str,
+        sql: &str,
+        control: &QueryControl,
+    ) -> Result<Admitted, QueryError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let tracked = Arc::new(Tracked {
+            id,
+            database: database.to_string(),
+            sql: sql.to_string(),
+            protocol: control.protocol,
+            arrived: Instant::now(),
+            running: AtomicBool::new(false),
+            pool: OnceLock::new(),
+            stop: CancellationToken::new(),
+            reason: OnceLock::new(),
+        });
+        let (limit, setting) = match (self.limits.query_timeout, control.timeout) {
+            (Some(server), Some(asked)) if server <= asked => (Some(server), "query_timeout_secs"),
+            (_, Some(asked)) => (Some(asked), control.timeout_setting),
+            (server, None) => (server, "query_timeout_secs"),
+        };
+        let mut admitted = Admitted {
+            governor: self.clone(),
+            tracked,
+            slot: None,
+            deadline: limit.map(|limit| (tokio::time::Instant::now() + limit, limit, setting)),
+            caller: control.cancel.clone(),
+        };
+        self.queries.lock().insert(id, admitted.tracked.clone());
+        admitted.slot = Some(self.wait_for_slot(&admitted).await?);
+        admitted.tracked.running.store(true, Ordering::Relaxed);
+        Ok(admitted)
+    }
+
+    async fn wait_for_slot(&self, admitted: &Admitted) -> Result<OwnedSemaphorePermit, QueryError> {
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            return Ok(slot);
+        }
+        let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _leaving = Defer(|| {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        });
+        if queued >= self.limits.max_queued_queries {
+            return Err(QueryError::Busy {
+                running: self.limits.max_concurrent_queries,
+                queued: self.limits.max_queued_queries,
+            });
+        }
+        tokio::select! {
+            slot = self.slots.clone().acquire_owned() => {
+                Ok(slot.expect("the governor never closes its semaphore"))
+            }
+            reason = admitted.stopped() => Err(QueryError::Stopped(reason)),
+        }
+    }
+
+    /// Runs an admitted query on the governor's runtime: `start` plans and starts it (its
+    /// memory pool and the query's runtime environment are handed to it), and its batches are
+    /// passed back as they are produced.
+    pub(crate) async fn run<F, S>(
+        &self,
+        admitted: Admitted,
+        base: &RuntimeEnv,
+        start: S,
+    ) -> Result<QueryOutput, QueryError>
+    where
+        S: FnOnce(Arc<RuntimeEnv>) -> F,
+        F: Future<Output = Result<QueryOutput, QueryError>> + Send + 'static,
+    {
+        let env = admitted.runtime_env(base, self.limits.query_memory_bytes);
+        let started = start(env);
+        let (first_sender, first) = oneshot::channel();
+        let (sender, receiver) = mpsc::channel(2);
+        let done = Arc::new(AtomicBool::new(false));
+        let finished = done.clone();
+        let tracked = admitted.tracked.clone();
+        let task = self.runtime.handle().spawn(async move {
+            drive(&admitted, started, first_sender, sender, &finished).await;
+        });
+        let guard = AbortOnDrop(task.abort_handle());
+        let schema = match first.await {
+            Ok(started) => started?,
+            Err(_) => return Err(ended_early(&tracked)),
+        };
+        let batches = Batches {
+            receiver,
+            done,
+            tracked,
+            _guard: guard,
+        };
+        let stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            batches.into_stream(),
+        ));
+        Ok(QueryOutput { schema, stream })
+    }
+}
+
+/// Runs a started query to its end on the governor's runtime: its schema (or error) goes to
+/// `first`, each batch to `batches`; `done` is set once every batch was passed on (before
+/// `batches` closes).
+async fn drive(
+    admitted: &Admitted,
+    started: impl Future<Output = Result<QueryOutput, QueryError>>,
+    first: oneshot::Sender<Result<SchemaRef, QueryError>>,
+    batches: mpsc::Sender<Result<RecordBatch, DataFusionError>>,
+    done: &AtomicBool,
+) {
+    let stopped = admitted.stopped();
+    tokio::pin!(stopped);
+    let output = tokio::select! {
+        output = started => output,
+        reason = &mut stopped => Err(QueryError::Stopped(reason)),
+    };
+    let mut stream = match output {
+        Ok(output) => {
+            if first.send(Ok(output.schema)).is_err() {
+                return;
+            }
+            output.stream
+        }
+        Err(e) => {
+            let _ = first.send(Err(e));
+            return;
+        }
+    };
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = &mut stopped => return,
+        };
+        let Some(item) = item else {
+            done.store(true, Ordering::Release);
+            return;
+        };
+        let failed = item.is_err();
+        tokio::select! {
+            sent = batches.send(item) => if sent.is_err() { return },
+            _ = &mut stopped => return,
+        }
+        if failed {
+            // the error itself went out: the stream ends after it, as complete as it gets
+            done.store(true, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The error for a query whose task ended before its answer did: the reason it was stopped,
+/// or a failure of the task itself (a panic).
+fn ended_early(tracked: &Tracked) -> QueryError {
+    match tracked.reason.get() {
+        Some(reason) => QueryError::Stopped(reason.clone()),
+        None => QueryError::Internal(DataFusionError::Internal(
+            "the query's task ended before its answer (see the server log)".into(),
+        )),
+    }
+}
+
+/// The receiving end of a running query's batches.
+struct Batches {
+    receiver: mpsc::Receiver<Result<RecordBatch, DataFusionError>>,
+    done: Arc<AtomicBool>,
+    tracked: Arc<Tracked>,
+    _guard: AbortOnDrop,
+}
+
+impl Batches {
+    /// The batches, then an error if the query did not finish (so that a stopped query never
+    /// looks like a complete answer).
+    fn into_stream(self) -> impl futures::Stream<Item = Result<RecordBatch, DataFusionError>> {
+        futures::stream::unfold(Some(self), |state| async move {
+            let mut this = state?;
+            match this.receiver.recv().await {
+                Some(item) => Some((item, Some(this))),
+                None if this.done.load(Ordering::Acquire) => None,
+                None => {
+                    let error = ended_early(&this.tracked);
+                    Some((Err(DataFusionError::External(Box::new(error))), None))
+                }
+            }
+        })
+    }
+}
+
+/// An admitted query: registered until dropped, holding its slot once it has one.
+pub(crate) struct Admitted {
+    governor: Arc<Governor>,
+    tracked: Arc<Tracked>,
+    slot: Option<OwnedSemaphorePermit>,
+    deadline: Option<(tokio::time::Instant, Duration, &'static str)>,
+    caller: Option<CancellationToken>,
+}
+
+impl Admitted {
+    /// Resolves with the reason once the query must stop.
+    async fn stopped(&self) -> StopReason {
+        let deadline = async {
+            match self.deadline {
+                Some((at, limit, setting)) => {
+                    tokio::time::sleep_until(at).await;
+                    StopReason::TimedOut { limit, setting }
+                }
+                None => futures::future::pending().await,
+            }
+        };
+        let caller = async {
+            match &self.caller {
+                Some(token) => token.cancelled().await,
+                None => futures::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = self.tracked.stop.cancelled() => {}
+            reason = deadline => self.tracked.stop(reason),
+            () = caller => self.tracked.stop(StopReason::CancelledByClient),
+        }
+        self.tracked
+            .reason
+            .get()
+            .cloned()
+            .unwrap_or(StopReason::CancelledByClient)
+    }
+
+    /// The runtime environment the query executes in: the engine's, with a memory pool of
+    /// its own.
+    fn runtime_env(&self, base: &RuntimeEnv, limit: usize) -> Arc<RuntimeEnv> {
+        let pool = Arc::new(QueryPool::new(limit, self.governor.server_memory.clone()));
+        let _ = self.tracked.pool.set(pool.clone());
+        Arc::new(RuntimeEnv {
+            memory_pool: pool as Arc<dyn MemoryPool>,
+            disk_manager: base.disk_manager.clone(),
+            cache_manager: base.cache_manager.clone(),
+            object_store_registry: base.object_store_registry.clone(),
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.governor.queries.lock().remove(&self.tracked.id);
+    }
+}
+
+/// Runs a closure when dropped.
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Aborts a task when dropped (the caller of a query went away).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The runtime queries execute on: its own threads, at a lower CPU priority than the ones
+/// that accept requests and writes. Shut down without waiting when dropped.
+struct QueryRuntime(Option<tokio::runtime::Runtime>);
+
+impl QueryRuntime {
+    fn start(threads: usize) -> Result<Self, QueryError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("quiver-query")
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                QueryError::Internal(DataFusionError::Context(
+                    "cannot start the query runtime".into(),
+                    Box::new(DataFusionError::IoError(e)),
+                ))
+            })?;
+        Ok(QueryRuntime(Some(runtime)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+}
+
+impl Drop for QueryRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The nice value of query threads: requests, writes and health checks go first.
+const QUERY_THREAD_NICE: i32 = 5;
+
+/// Lowers the calling thread's CPU priority (Linux: the nice value is per thread).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority has no memory effects; `0` names the calling thread on Linux.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, QUERY_THREAD_NICE);
+    }
+}

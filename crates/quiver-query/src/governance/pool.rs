@@ -1,0 +1,163 @@
+//! Each query's memory pool: DataFusion's operators that buffer (sorts, joins, aggregates and
+//! their states, such as `array_agg`) reserve from it, bounded by `query_memory_bytes` for the
+//! query and by `max_server_memory_bytes` for all queries together. A sort or an aggregate
+//! refused a reservation spills to disk first; anything else fails with an error naming the
+//! limit and the setting that raises it.
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use datafusion::common::{resources_datafusion_err, Result};
+use datafusion::execution::memory_pool::{
+    GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+    TrackConsumersPool,
+};
+
+/// What all queries together have reserved, and the most they may.
+#[derive(Debug)]
+pub(crate) struct ServerMemory {
+    reserved: AtomicUsize,
+    limit: usize,
+}
+
+impl ServerMemory {
+    /// Reservations of all queries bounded by `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Arc::new(ServerMemory {
+            reserved: AtomicUsize::new(0),
+            limit,
+        })
+    }
+
+    /// Bytes all queries hold now.
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Relaxed)
+    }
+}
+
+/// One query's pool (see the module comment).
+#[derive(Debug)]
+pub(crate) struct QueryPool {
+    inner: TrackConsumersPool<GreedyMemoryPool>,
+    limit: usize,
+    server: Arc<ServerMemory>,
+}
+
+impl QueryPool {
+    /// A pool of `limit` bytes drawing on `server`.
+    pub(crate) fn new(limit: usize, server: Arc<ServerMemory>) -> Self {
+        QueryPool {
+            inner: TrackConsumersPool::new(
+                GreedyMemoryPool::new(limit),
+                NonZeroUsize::new(3).expect("3 is not zero"),
+            ),
+            limit,
+            server,
+        }
+    }
+}
+
+impl std::fmt::Display for QueryPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "query pool: {} of {} bytes", self.reserved(), self.limit)
+    }
+}
+
+impl MemoryPool for QueryPool {
+    fn name(&self) -> &str {
+        "quiver_query_pool"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.inner.register(consumer)
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.inner.unregister(consumer)
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.inner.grow(reservation, additional);
+        self.server
+            .reserved
+            .fetch_add(additional, Ordering::Relaxed);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.inner.shrink(reservation, shrink);
+        self.server.reserved.fetch_sub(shrink, Ordering::Relaxed);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+        let before = self
+            .server
+            .reserved
+            .fetch_add(additional, Ordering::Relaxed);
+        if before.saturating_add(additional) > self.server.limit {
+            self.server
+                .reserved
+                .fetch_sub(additional, Ordering::Relaxed);
+            return Err(resources_datafusion_err!(
+                "running queries together would hold more than the server's {} bytes \
+                 (max_server_memory_bytes): {} more bytes for {} refused",
+                self.server.limit,
+                additional,
+                reservation.consumer().name()
+            ));
+        }
+        if let Err(e) = self.inner.try_grow(reservation, additional) {
+            self.server
+                .reserved
+                .fetch_sub(additional, Ordering::Relaxed);
+            let detail = e.strip_backtrace();
+            let detail = detail
+                .strip_prefix("Resources exhausted: ")
+                .unwrap_or(&detail);
+            return Err(resources_datafusion_err!(
+                "the query needs more than its {} bytes of memory (query_memory_bytes: raise \
+                 it, or narrow the query). {}",
+                self.limit,
+                detail
+            ));
+        }
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.inner.reserved()
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(self.limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_is_bounded_by_its_limit_and_by_the_server() {
+        let server = ServerMemory::new(1000);
+        let a: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(600, server.clone()));
+        let b: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(600, server.clone()));
+        let ra = MemoryConsumer::new("a").register(&a);
+        let rb = MemoryConsumer::new("b").register(&b);
+        ra.try_grow(500).unwrap();
+        let over_query = ra.try_grow(200).unwrap_err().to_string();
+        assert!(over_query.contains("query_memory_bytes"), "{over_query}");
+        assert_eq!(server.reserved(), 500);
+        let over_server = rb.try_grow(600).unwrap_err().to_string();
+        assert!(
+            over_server.contains("max_server_memory_bytes"),
+            "{over_server}"
+        );
+        rb.try_grow(400).unwrap();
+        assert_eq!(server.reserved(), 900);
+        drop(ra);
+        assert_eq!(server.reserved(), 400);
+        rb.free();
+        assert_eq!(server.reserved(), 0);
+    }
+}
