@@ -355,3 +355,18 @@ def test_an_answer_that_fails_after_rows_went_out_is_cut_short(governed: Spawned
             last = bytes(received).rstrip(b"\n").rsplit(b"\n", 1)[-1]
             assert b'"error"' in last and b"zero" in last.lower(), last
     assert governed.proc.poll() is None
+
+
+def test_the_server_memory_ceiling_stops_the_query_not_the_server(spawn_quiver: Spawn,
+                                                                 tmp_path: Path) -> None:
+    ceiling = 400 * MIB
+    server = spawn_quiver("--data-dir", str(tmp_path / "data"),
+                          "--query-memory-bytes", str(2048 * MIB),
+                          "--max-server-memory-bytes", str(ceiling), cwd=tmp_path)
+    write_ok(server.http_url, DB, "cpu,host=a usage=1 1\n")
+    response = sql(server, "SELECT array_agg(v) FROM generate_series(1, 300000000) t(v)")
+    assert response.status_code == 422, response.text[:500]
+    assert "max_server_memory_bytes" in response.json()["error"]
+    assert server.proc.poll() is None
+    wait_until_idle(server)
+    assert query_json(server.http_url, DB, "SELECT count(*) AS n FROM cpu") == [{"n": 1}]

@@ -481,7 +481,6 @@ fn control_of(metadata: &MetadataMap) -> Result<QueryControl, Status> {
         protocol: Protocol::Flight,
         timeout,
         timeout_setting: "the gRPC deadline",
-        cancel: None,
     })
 }
 

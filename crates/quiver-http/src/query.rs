@@ -135,7 +135,6 @@ async fn run(
             protocol: Protocol::Http,
             timeout: timeout(request.timeout_secs)?,
             timeout_setting: "timeout_secs",
-            cancel: None,
         },
     };
     let answer = app.queries.query(&query).await?;

@@ -329,7 +329,6 @@ impl PgHandler {
             protocol: Protocol::Postgres,
             timeout: session.settings.statement_timeout(),
             timeout_setting: "statement_timeout",
-            cancel: None,
         };
         let how = Run {
             scope: &session.scope,

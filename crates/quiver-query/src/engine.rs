@@ -179,9 +179,7 @@ impl Classify for QueryError {
             }
             QueryError::Stopped(StopReason::TimedOut { .. }) => ErrorKind::TimedOut,
             QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
-            QueryError::Stopped(StopReason::CancelledByClient | StopReason::Killed { .. }) => {
-                ErrorKind::Cancelled
-            }
+            QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
             QueryError::Busy { .. } => ErrorKind::Busy,
             QueryError::Internal(_) => ErrorKind::Internal,
         }

@@ -9,7 +9,9 @@
 //! cross to the caller through a small channel, so a slow reader holds a query back instead of
 //! letting it pile up answers. It stops, releasing its memory, when its deadline passes
 //! (`query_timeout_secs`, or a shorter one its protocol asks for), when its caller cancels or
-//! goes away (dropping the stream), when an operator kills it ([`Governor::kill`]), or when
+//! goes away (by dropping the query's stream or future: a PostgreSQL cancel request, a
+//! closed HTTP connection, a cancelled gRPC call), when an operator kills it
+//! ([`Governor::kill`]), or when
 //! the process nears `max_server_memory_bytes` and it holds the most memory (the
 //! [`watchdog`]). Its operators reserve memory from a pool of its own ([`pool`]), and the
 //! functions whose output size their arguments decide are capped ([`value_limits`]).
@@ -77,8 +79,6 @@ pub struct QueryControl {
     /// The name of the setting that set [`QueryControl::timeout`] (`statement_timeout`, ...),
     /// for the error message.
     pub timeout_setting: &'static str,
-    /// Cancelled by the caller to stop the query (a PostgreSQL CancelRequest, say).
-    pub cancel: Option<CancellationToken>,
 }
 
 /// Why a running query was stopped.
@@ -92,9 +92,6 @@ pub enum StopReason {
         /// The setting that set it.
         setting: &'static str,
     },
-    /// Its client cancelled it.
-    #[error("the query was cancelled by its client")]
-    CancelledByClient,
     /// An operator cancelled it.
     #[error("the query was cancelled by an operator (query id {id})")]
     Killed {
@@ -271,7 +268,6 @@ impl Governor {
             tracked,
             slot: None,
             deadline: limit.map(|limit| (tokio::time::Instant::now() + limit, limit, setting)),
-            caller: control.cancel.clone(),
         };
         self.queries.lock().insert(id, admitted.tracked.clone());
         admitted.slot = Some(self.wait_for_slot(&admitted).await?);
@@ -436,7 +432,6 @@ pub(crate) struct Admitted {
     tracked: Arc<Tracked>,
     slot: Option<OwnedSemaphorePermit>,
     deadline: Option<(tokio::time::Instant, Duration, &'static str)>,
-    caller: Option<CancellationToken>,
 }
 
 impl Admitted {
@@ -451,22 +446,15 @@ impl Admitted {
                 None => futures::future::pending().await,
             }
         };
-        let caller = async {
-            match &self.caller {
-                Some(token) => token.cancelled().await,
-                None => futures::future::pending().await,
-            }
-        };
         tokio::select! {
             () = self.tracked.stop.cancelled() => {}
             reason = deadline => self.tracked.stop(reason),
-            () = caller => self.tracked.stop(StopReason::CancelledByClient),
         }
         self.tracked
             .reason
             .get()
             .cloned()
-            .unwrap_or(StopReason::CancelledByClient)
+            .expect("a query is stopped only after its reason is set")
     }
 
     /// The runtime environment the query executes in: the engine's, with a memory pool of
