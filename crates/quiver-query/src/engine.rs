@@ -481,31 +481,30 @@ impl QueryEngine {
             .governor
             .admit(&analysis.database, &analysis.text, &options.control)
             .await?;
-        let statement = analysis.statement.clone();
+        // planned here (short, and what fails most often: a 400 before anything runs),
+        // executed on the governor's runtime
         let params = options.params.to_param_values();
-        let start = move |runtime: Arc<RuntimeEnv>| {
-            guard_future("planning the query", async move {
-                let mut plan = state.statement_to_plan(statement).await?;
-                datafusion::execution::context::SQLOptions::new()
-                    .with_allow_ddl(false)
-                    .with_allow_dml(false)
-                    .with_allow_statements(false)
-                    .verify_plan(&plan)?;
-                if let Some(params) = params {
-                    plan = plan.with_param_values(params)?;
-                }
-                let schema = Arc::new(plan.schema().as_arrow().clone());
-                let physical = state.create_physical_plan(&plan).await?;
-                let task = TaskContext::from(&state).with_runtime(runtime);
-                let stream = execute_stream(physical.clone(), Arc::new(task))?;
-                Ok(QueryOutput {
-                    schema,
-                    stream: guard_stream(holding(physical, stream)),
-                })
-            })
+        let planned = guard_future("planning the query", async {
+            let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
+            datafusion::execution::context::SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_dml(false)
+                .with_allow_statements(false)
+                .verify_plan(&plan)?;
+            if let Some(params) = params {
+                plan = plan.with_param_values(params)?;
+            }
+            let schema = Arc::new(plan.schema().as_arrow().clone());
+            let physical = state.create_physical_plan(&plan).await?;
+            Ok::<_, DataFusionError>((schema, physical))
+        });
+        let (schema, physical) = planned.await?;
+        let execute = move |runtime: Arc<RuntimeEnv>| {
+            let task = TaskContext::from(&state).with_runtime(runtime);
+            let stream = execute_stream(physical.clone(), Arc::new(task))?;
+            Ok(guard_stream(holding(physical, stream)))
         };
-        let start = move |runtime| async move { Ok(start(runtime).await?) };
-        self.governor.run(admitted, &self.runtime, start).await
+        Ok(self.governor.run(admitted, &self.runtime, schema, execute))
     }
 
     /// The queries running and queued, and the means to cancel one.

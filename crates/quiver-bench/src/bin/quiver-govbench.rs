@@ -56,13 +56,14 @@ enum Mode {
 /// One heavy query: all of a core for about a second per run.
 const HEAVY: &str = "SELECT sum(v * v % 7) FROM generate_series(1, 100000000) t(v)";
 
-/// The query the prober asks, answered from the result cache.
-const CACHED: &str = "SELECT host, avg(usage) AS usage FROM cpu GROUP BY host ORDER BY host";
+/// The query the prober asks, answered from the result cache (`probe` is written once; the
+/// writer writes `cpu`, which would invalidate answers about it).
+const CACHED: &str = "SELECT host, avg(usage) AS usage FROM probe GROUP BY host ORDER BY host";
 
 /// Queries whose latency `latency` reports.
 const LATENCY_QUERIES: [&str; 3] = [
     "SELECT 1",
-    "SELECT count(*) FROM cpu WHERE host = 'h7'",
+    "SELECT count(*) FROM probe WHERE host = 'h7'",
     CACHED,
 ];
 
@@ -100,12 +101,12 @@ async fn main() {
     }
 }
 
-/// 100 hosts × 1,000 points, written once.
+/// `probe`: 100 hosts × 1,000 points, written once.
 async fn load(client: &reqwest::Client, args: &Args) {
     let body: String = (0..100_000)
         .map(|i| {
             format!(
-                "cpu,host=h{} usage={} {}\n",
+                "probe,host=h{} usage={} {}\n",
                 i % 100,
                 i % 97,
                 i as i64 * 1_000_000_000

@@ -22,7 +22,6 @@ pub(crate) mod value_limits;
 mod watchdog;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -37,7 +36,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{QueryError, QueryOutput};
@@ -297,76 +296,63 @@ impl Governor {
         }
     }
 
-    /// Runs an admitted query on the governor's runtime: `start` plans and starts it (its
-    /// memory pool and the query's runtime environment are handed to it), and its batches are
-    /// passed back as they are produced.
-    pub(crate) async fn run<F, S>(
+    /// Executes an admitted, planned query on the governor's runtime: `execute` starts it
+    /// there, in the query's runtime environment (the engine's, with a memory pool of its
+    /// own), and its batches come back as they are produced.
+    pub(crate) fn run<E>(
         &self,
         admitted: Admitted,
         base: &RuntimeEnv,
-        start: S,
-    ) -> Result<QueryOutput, QueryError>
+        schema: SchemaRef,
+        execute: E,
+    ) -> QueryOutput
     where
-        S: FnOnce(Arc<RuntimeEnv>) -> F,
-        F: Future<Output = Result<QueryOutput, QueryError>> + Send + 'static,
+        E: FnOnce(Arc<RuntimeEnv>) -> Result<SendableRecordBatchStream, DataFusionError>
+            + Send
+            + 'static,
     {
         let env = admitted.runtime_env(base, self.limits.query_memory_bytes);
-        let started = start(env);
-        let (first_sender, first) = oneshot::channel();
         let (sender, receiver) = mpsc::channel(2);
         let done = Arc::new(AtomicBool::new(false));
         let finished = done.clone();
         let tracked = admitted.tracked.clone();
         let task = self.runtime.handle().spawn(async move {
-            drive(&admitted, started, first_sender, sender, &finished).await;
+            // DataFusion spawns its own tasks when a plan starts: on this runtime
+            let stream = execute(env);
+            drive(&admitted, stream, sender, &finished).await;
         });
-        let guard = AbortOnDrop(task.abort_handle());
-        let schema = match first.await {
-            Ok(started) => started?,
-            Err(_) => return Err(ended_early(&tracked)),
-        };
         let batches = Batches {
             receiver,
             done,
             tracked,
-            _guard: guard,
+            _guard: AbortOnDrop(task.abort_handle()),
         };
         let stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
             schema.clone(),
             batches.into_stream(),
         ));
-        Ok(QueryOutput { schema, stream })
+        QueryOutput { schema, stream }
     }
 }
 
-/// Runs a started query to its end on the governor's runtime: its schema (or error) goes to
-/// `first`, each batch to `batches`; `done` is set once every batch was passed on (before
-/// `batches` closes).
+/// Runs a started query to its end on the governor's runtime, passing each batch (or its
+/// error) to `batches`; `done` is set once the answer is complete (before `batches` closes).
 async fn drive(
     admitted: &Admitted,
-    started: impl Future<Output = Result<QueryOutput, QueryError>>,
-    first: oneshot::Sender<Result<SchemaRef, QueryError>>,
+    stream: Result<SendableRecordBatchStream, DataFusionError>,
     batches: mpsc::Sender<Result<RecordBatch, DataFusionError>>,
     done: &AtomicBool,
 ) {
-    let stopped = admitted.stopped();
-    tokio::pin!(stopped);
-    let output = tokio::select! {
-        output = started => output,
-        reason = &mut stopped => Err(QueryError::Stopped(reason)),
-    };
-    let mut stream = match output {
-        Ok(output) => {
-            if first.send(Ok(output.schema)).is_err() {
-                return;
-            }
-            output.stream
-        }
+    let mut stream = match stream {
+        Ok(stream) => stream,
         Err(e) => {
-            let _ = first.send(Err(e));
+            done.store(true, Ordering::Release);
+            let _ = batches.send(Err(e)).await;
             return;
         }
     };
+    let stopped = admitted.stopped();
+    tokio::pin!(stopped);
     loop {
         let item = tokio::select! {
             item = stream.next() => item,
@@ -377,13 +363,15 @@ async fn drive(
             return;
         };
         let failed = item.is_err();
+        if failed {
+            // the error itself goes out: the answer ends with it, as complete as it gets
+            done.store(true, Ordering::Release);
+        }
         tokio::select! {
             sent = batches.send(item) => if sent.is_err() { return },
             _ = &mut stopped => return,
         }
         if failed {
-            // the error itself went out: the stream ends after it, as complete as it gets
-            done.store(true, Ordering::Release);
             return;
         }
     }
