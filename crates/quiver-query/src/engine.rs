@@ -93,18 +93,23 @@ impl QueryOptions {
         }
     }
 
+    /// Queries that run at once: `max_concurrent_queries`, or twice the cores (at least 4) if
+    /// 0.
+    pub fn concurrent_queries(&self) -> usize {
+        match self.max_concurrent_queries {
+            0 => (2 * std::thread::available_parallelism().map_or(2, |n| n.get())).max(4),
+            n => n,
+        }
+    }
+
     /// The limits the governor enforces, with the automatic values resolved.
     fn limits(&self) -> Limits {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Limits {
             query_memory_bytes: self.memory_limit_bytes,
             max_server_memory_bytes: self.max_server_memory_bytes,
             query_timeout: (self.query_timeout_secs > 0)
                 .then(|| Duration::from_secs(self.query_timeout_secs)),
-            max_concurrent_queries: match self.max_concurrent_queries {
-                0 => (2 * cores).max(4),
-                n => n,
-            },
+            max_concurrent_queries: self.concurrent_queries(),
             max_queued_queries: self.max_queued_queries,
             threads: self.partitions(),
         }
