@@ -85,13 +85,16 @@ HOSTILE = [
     # (statement, extra HTTP parameters, status, words the error must contain)
     ("SELECT array_agg(v) FROM generate_series(1, 300000000) t(v)", {}, 422,
      ["query_memory_bytes", str(QUERY_MEMORY)]),
-    ("SELECT repeat('x', 2000000000)", {}, 422, ["max_value_bytes", "repeat"]),
+    ("SELECT repeat('x', 2000000000)", {}, 422, ["max_value_bytes", "repeat", "for one value"]),
     ("SELECT cardinality(generate_series(1, 2000000000))", {}, 422,
      ["max_value_bytes", "generate_series"]),
     ("SELECT lpad('x', 2000000000)", {}, 422, ["max_value_bytes", "lpad"]),
     ("SELECT array_repeat(1.5, 2000000000)", {}, 422, ["max_value_bytes", "array_repeat"]),
     ("SELECT repeat(CAST(v AS VARCHAR), 100000) FROM generate_series(1, 100000) t(v)", {}, 422,
-     ["max_value_bytes"]),
+     ["query_memory_bytes", "for one batch of"]),
+    # a long literal repeated per row is judged without being copied to every row
+    ("SELECT repeat('" + "y" * 20_000 + "', CAST(v AS BIGINT)) FROM generate_series(1, 50000) t(v)",
+     {}, 422, ["max_value_bytes"]),
     ("SELECT string_agg(repeat('x', 1000), ',') FROM generate_series(1, 2000000) t(v)", {},
      422, ["query_memory_bytes"]),
     (CROSS_JOIN, {"timeout_secs": "1"}, 504, ["time limit", "timeout_secs"]),
@@ -184,7 +187,10 @@ def test_time_limits_on_every_protocol(spawn_quiver: Spawn, tmp_path: Path) -> N
     assert time.monotonic() - started < 2.5
     response = sql(server, ENDLESS, timeout_secs="60")
     assert response.status_code == 504 and "query_timeout_secs" in response.json()["error"]
-    for bad in ["0", "-1", "soon"]:
+    # a limit past the end of time is no limit beyond the server's
+    response = sql(server, ENDLESS, timeout_secs="1e19")
+    assert response.status_code == 504 and "query_timeout_secs" in response.json()["error"]
+    for bad in ["0", "-1", "soon", "1e400"]:
         response = sql(server, "SELECT 1", timeout_secs=bad)
         assert response.status_code == 400, response.text
         assert "timeout_secs" in response.json()["error"]
@@ -199,6 +205,8 @@ def test_time_limits_on_every_protocol(spawn_quiver: Spawn, tmp_path: Path) -> N
         assert "statement_timeout" in str(caught.value)
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             conn.execute("SET statement_timeout = 'whenever'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SET statement_timeout = '" + "9" * 40 + "'")
         assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (1,)
     # Flight SQL: the client's deadline
     with flight_sql.connect(server.flight_uri, db_kwargs={DATABASE_HEADER: DB}) as conn:

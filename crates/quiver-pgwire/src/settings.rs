@@ -203,6 +203,9 @@ impl SessionSettings {
     }
 }
 
+/// The largest `statement_timeout` PostgreSQL accepts (`INT_MAX` milliseconds).
+const MAX_TIMEOUT_MS: f64 = 2_147_483_647.0;
+
 /// A `statement_timeout` value as PostgreSQL reads it: milliseconds, or a number with a unit
 /// (`us`, `ms`, `s`, `min`, `h`, `d`); 0 is no limit.
 fn parse_timeout(value: &str) -> PgWireResult<Option<Duration>> {
@@ -223,7 +226,9 @@ fn parse_timeout(value: &str) -> PgWireResult<Option<Duration>> {
     let millis = number.parse::<f64>().map(|n| n * millis_per_unit);
     match millis {
         Ok(0.0) => Ok(None),
-        Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1000.0))),
+        Ok(ms) if ms > 0.0 && ms <= MAX_TIMEOUT_MS => {
+            Ok(Some(Duration::from_secs_f64(ms / 1000.0)))
+        }
         _ => Err(error(
             sqlstate::INVALID_PARAMETER_VALUE,
             format!("invalid value for parameter \"statement_timeout\": \"{value}\""),

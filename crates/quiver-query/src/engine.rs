@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::filter_order::FilterOrderRule;
-use crate::governance::value_limits::{self, ValueTooLarge};
+use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
 use crate::governance::{Governor, Limits, QueryControl, StopReason};
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
@@ -115,9 +115,12 @@ impl QueryOptions {
         }
     }
 
-    /// The most bytes one function call may produce.
-    fn value_limit(&self) -> u64 {
-        self.max_value_bytes.min(self.memory_limit_bytes) as u64
+    /// The most bytes a capped function may produce: one value, and one call over a batch.
+    fn output_limits(&self) -> OutputLimits {
+        OutputLimits {
+            value: self.max_value_bytes.min(self.memory_limit_bytes) as u64,
+            batch: self.memory_limit_bytes as u64,
+        }
     }
 }
 
@@ -369,7 +372,7 @@ impl QueryEngine {
         );
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
         ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
-        value_limits::cap_functions(&ctx, self.options.value_limit());
+        value_limits::cap_functions(&ctx, self.options.output_limits());
         for setup in &self.options.session_setup {
             setup.setup(&ctx, database).map_err(|e| {
                 QueryError::Internal(DataFusionError::Context(

@@ -266,7 +266,11 @@ impl Governor {
             governor: self.clone(),
             tracked,
             slot: None,
-            deadline: limit.map(|limit| (tokio::time::Instant::now() + limit, limit, setting)),
+            // a limit past the end of time is no limit
+            deadline: limit.and_then(|limit| {
+                let at = tokio::time::Instant::now().checked_add(limit)?;
+                Some((at, limit, setting))
+            }),
         };
         self.queries.lock().insert(id, admitted.tracked.clone());
         admitted.slot = Some(self.wait_for_slot(&admitted).await?);
@@ -346,7 +350,6 @@ async fn drive(
     let mut stream = match stream {
         Ok(stream) => stream,
         Err(e) => {
-            done.store(true, Ordering::Release);
             let _ = batches.send(Err(e)).await;
             return;
         }
@@ -363,15 +366,12 @@ async fn drive(
             return;
         };
         let failed = item.is_err();
-        if failed {
-            // the error itself goes out: the answer ends with it, as complete as it gets
-            done.store(true, Ordering::Release);
-        }
         tokio::select! {
             sent = batches.send(item) => if sent.is_err() { return },
             _ = &mut stopped => return,
         }
         if failed {
+            // the error went out: the answer ends with it
             return;
         }
     }
@@ -398,12 +398,13 @@ struct Batches {
 
 impl Batches {
     /// The batches, then an error if the query did not finish (so that a stopped query never
-    /// looks like a complete answer).
+    /// looks like a complete answer); an error ends the stream.
     fn into_stream(self) -> impl futures::Stream<Item = Result<RecordBatch, DataFusionError>> {
         futures::stream::unfold(Some(self), |state| async move {
             let mut this = state?;
             match this.receiver.recv().await {
-                Some(item) => Some((item, Some(this))),
+                Some(Ok(batch)) => Some((Ok(batch), Some(this))),
+                Some(Err(e)) => Some((Err(e), None)),
                 None if this.done.load(Ordering::Acquire) => None,
                 None => {
                     let error = ended_early(&this.tracked);

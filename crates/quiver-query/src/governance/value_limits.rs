@@ -15,19 +15,23 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 
-/// A function call that would produce more than one value may hold.
+/// A function call that would produce more than a value (or a batch) may hold.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "{function}() would produce {bytes} bytes, more than the {limit} bytes one value may hold \
-     (max_value_bytes, at most query_memory_bytes)"
+    "{function}() would produce {bytes} bytes {scope}, more than the {limit} bytes allowed \
+     ({setting})"
 )]
 pub struct ValueTooLarge {
     /// The function.
     pub function: String,
     /// The bytes it would have produced (estimated from its arguments).
     pub bytes: u64,
+    /// `for one value`, or `for one batch of N rows`.
+    pub scope: String,
     /// The limit.
     pub limit: u64,
+    /// The setting that sets the limit.
+    pub setting: &'static str,
 }
 
 /// How a capped function's output size follows from its arguments.
@@ -52,15 +56,23 @@ const CAPPED: [(&str, Growth); 6] = [
     ("range", Growth::Series),
 ];
 
-/// Replaces the session's capped functions with versions that refuse outputs over `limit`
-/// bytes.
-pub(crate) fn cap_functions(ctx: &SessionContext, limit: u64) {
+/// The most a capped function may produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct OutputLimits {
+    /// Bytes of one value (`max_value_bytes`, at most `query_memory_bytes`).
+    pub(crate) value: u64,
+    /// Bytes of one call's output over a batch (`query_memory_bytes`).
+    pub(crate) batch: u64,
+}
+
+/// Replaces the session's capped functions with versions that refuse outputs over `limits`.
+pub(crate) fn cap_functions(ctx: &SessionContext, limits: OutputLimits) {
     for (name, growth) in CAPPED {
         if let Ok(inner) = ctx.udf(name) {
             let capped = Capped {
                 inner: inner.as_ref().clone(),
                 growth,
-                limit,
+                limits,
             };
             ctx.register_udf(ScalarUDF::new_from_impl(capped));
         }
@@ -72,31 +84,50 @@ pub(crate) fn cap_functions(ctx: &SessionContext, limit: u64) {
 struct Capped {
     inner: ScalarUDF,
     growth: Growth,
-    limit: u64,
+    limits: OutputLimits,
 }
 
 impl Capped {
     fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        // estimated per row over arrays of at most one batch; scalars count once
-        let rows = if args
+        // a scalar argument is one value used for every row: never expanded to the batch
+        let arrays = args
             .args
             .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            1
-        } else {
-            args.number_rows
+            .map(|arg| match arg {
+                ColumnarValue::Array(array) => Ok(array.clone()),
+                ColumnarValue::Scalar(scalar) => scalar.to_array_of_size(1),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rows = arrays.iter().map(|a| a.len()).max().unwrap_or(0);
+        let per_row = estimate(self.growth, &arrays, rows)?;
+        let largest = per_row.iter().copied().max().unwrap_or(0);
+        let total = per_row.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        let too_large = |bytes, scope, limit, setting| {
+            datafusion::error::DataFusionError::External(Box::new(ValueTooLarge {
+                function: self.inner.name().to_string(),
+                bytes,
+                scope,
+                limit,
+                setting,
+            }))
         };
-        let bytes = estimate(self.growth, &arrays, rows)?;
-        if bytes > self.limit {
-            return Err(datafusion::error::DataFusionError::External(Box::new(
-                ValueTooLarge {
-                    function: self.inner.name().to_string(),
-                    bytes,
-                    limit: self.limit,
-                },
-            )));
+        if largest > self.limits.value {
+            let scope = "for one value".to_string();
+            return Err(too_large(
+                largest,
+                scope,
+                self.limits.value,
+                "max_value_bytes",
+            ));
+        }
+        if total > self.limits.batch {
+            let scope = format!("for one batch of {rows} rows");
+            return Err(too_large(
+                total,
+                scope,
+                self.limits.batch,
+                "query_memory_bytes",
+            ));
         }
         Ok(())
     }
@@ -141,44 +172,57 @@ impl ScalarUDFImpl for Capped {
     }
 }
 
-/// The bytes a call produces for `rows` rows of `args` (a lower bound: what matters is that
-/// it is not wildly under).
-fn estimate(growth: Growth, args: &[ArrayRef], rows: usize) -> Result<u64> {
-    let rows = rows.min(args.first().map_or(0, |a| a.len()));
-    let per_row: Vec<u64> = match growth {
-        Growth::Repeat => {
-            let (Some(text), Some(count)) = (args.first(), args.get(1)) else {
-                return Ok(0);
-            };
-            let lengths = text_bytes(text)?;
+/// The bytes a call produces for each of `rows` rows of `args` (an argument of one value
+/// stands for every row). A lower bound: what matters is that it is not wildly under.
+fn estimate(growth: Growth, args: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
+    let (Some(first), second) = (args.first(), args.get(1)) else {
+        return Ok(Vec::new());
+    };
+    Ok(match (growth, second) {
+        (Growth::Repeat, Some(count)) => {
+            let (lengths, counts) = (text_bytes(first)?, integers(count)?);
+            (0..rows)
+                .map(|i| at(&lengths, i).saturating_mul(at(&counts, i).max(0) as u64))
+                .collect()
+        }
+        (Growth::Pad, Some(count)) => {
+            let counts = integers(count)?;
+            (0..rows).map(|i| at(&counts, i).max(0) as u64).collect()
+        }
+        (Growth::ArrayRepeat, Some(count)) => {
+            let element_bytes = element_bytes(first);
             let counts = integers(count)?;
             (0..rows)
-                .map(|i| lengths[i].saturating_mul(counts[i].max(0) as u64))
+                .map(|i| (at(&counts, i).max(0) as u64).saturating_mul(element_bytes))
                 .collect()
         }
-        Growth::Pad => {
-            let Some(count) = args.get(1) else {
-                return Ok(0);
-            };
-            integers(count)?.iter().map(|&n| n.max(0) as u64).collect()
+        (Growth::Series, _) => {
+            let series = series_bytes(args)?;
+            (0..rows).map(|i| at(&series, i)).collect()
         }
-        Growth::ArrayRepeat => {
-            let (Some(element), Some(count)) = (args.first(), args.get(1)) else {
-                return Ok(0);
-            };
-            let element_bytes =
-                (element.get_array_memory_size() / element.len().max(1)).max(1) as u64;
-            integers(count)?
-                .iter()
-                .map(|&n| (n.max(0) as u64).saturating_mul(element_bytes))
-                .collect()
-        }
-        Growth::Series => series_bytes(args)?,
-    };
-    Ok(per_row
-        .iter()
-        .take(rows)
-        .fold(0u64, |total, &b| total.saturating_add(b)))
+        _ => Vec::new(),
+    })
+}
+
+/// Row `i` of per-row values, or the one value of an argument given once.
+fn at<T: Copy + Default>(values: &[T], i: usize) -> T {
+    match values {
+        [one] => *one,
+        _ => values.get(i).copied().unwrap_or_default(),
+    }
+}
+
+/// The bytes of one element of `array`: its type's width, or its rows' bytes per row (a
+/// slice counting only its own rows), at least 1.
+fn element_bytes(array: &ArrayRef) -> u64 {
+    if let Some(width) = array.data_type().primitive_width() {
+        return width as u64;
+    }
+    let bytes = array
+        .to_data()
+        .get_slice_memory_size()
+        .unwrap_or_else(|_| array.get_array_memory_size());
+    (bytes / array.len().max(1)).max(1) as u64
 }
 
 /// Each row's text length in bytes (0 for null).
@@ -216,22 +260,22 @@ fn series_bytes(args: &[ArrayRef]) -> Result<Vec<u64>> {
     let Some(first) = args.first() else {
         return Ok(Vec::new());
     };
-    let rows = first.len();
+    let rows = args.iter().map(|a| a.len()).max().unwrap_or(0);
     let (start, stop) = match args {
-        [stop] => (vec![0; rows], instants(stop)?),
+        [stop] => (vec![0], instants(stop)?),
         [start, stop, ..] => (instants(start)?, instants(stop)?),
         [] => return Ok(Vec::new()),
     };
     let step = match args.get(2) {
         Some(step) => steps(step)?,
-        None if matches!(first.data_type(), DataType::Int64 | DataType::Int32) => vec![1; rows],
+        None if matches!(first.data_type(), DataType::Int64 | DataType::Int32) => vec![1],
         // a series of dates or times needs a step; DataFusion will say so
-        None => return Ok(vec![0; rows]),
+        None => return Ok(vec![0]),
     };
     Ok((0..rows)
         .map(|i| {
-            let span = stop[i].abs_diff(start[i]);
-            let step = step[i].unsigned_abs().max(1);
+            let span = at(&stop, i).abs_diff(at(&start, i));
+            let step = at(&step, i).unsigned_abs().max(1);
             (span / step).saturating_add(1).saturating_mul(8)
         })
         .collect())
@@ -274,9 +318,47 @@ fn steps(array: &ArrayRef) -> Result<Vec<i64>> {
     Ok((0..intervals.len())
         .map(|i| {
             let v = intervals.value(i);
-            (v.months as i64 * 30 * DAY)
-                .saturating_add(v.days as i64 * DAY)
+            (v.months as i64)
+                .saturating_mul(30 * DAY)
+                .saturating_add((v.days as i64).saturating_mul(DAY))
                 .saturating_add(v.nanoseconds)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, IntervalMonthDayNanoArray, StringArray};
+    use arrow::datatypes::IntervalMonthDayNano;
+
+    use super::*;
+
+    #[test]
+    fn one_value_stands_for_every_row_and_rows_are_estimated_apart() {
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["abc"]));
+        let counts: ArrayRef = Arc::new(Int64Array::from(vec![1, 10, -5]));
+        let bytes = estimate(Growth::Repeat, &[text, counts], 3).unwrap();
+        assert_eq!(bytes, vec![3, 30, 0]);
+        let count: ArrayRef = Arc::new(Int64Array::from(vec![4]));
+        let element: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        assert_eq!(
+            estimate(Growth::ArrayRepeat, &[element, count], 2).unwrap(),
+            vec![32, 32]
+        );
+    }
+
+    #[test]
+    fn series_sizes_follow_their_bounds_and_steps_without_overflow() {
+        let start: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let stop: ArrayRef = Arc::new(Int64Array::from(vec![1000]));
+        let step: ArrayRef = Arc::new(Int64Array::from(vec![10]));
+        assert_eq!(series_bytes(&[start.clone(), stop.clone()]).unwrap(), vec![8000]);
+        assert_eq!(series_bytes(&[start, stop, step]).unwrap(), vec![800]);
+        let huge: ArrayRef = Arc::new(IntervalMonthDayNanoArray::from(vec![
+            IntervalMonthDayNano::new(i32::MAX, i32::MAX, i64::MAX),
+        ]));
+        assert_eq!(steps(&huge).unwrap(), vec![i64::MAX]);
+    }
 }

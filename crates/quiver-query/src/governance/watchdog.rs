@@ -33,7 +33,9 @@ pub(super) fn start(governor: Weak<Governor>, limit: usize) {
 }
 
 fn watch(governor: Weak<Governor>, limit: u64) {
+    // the last query cancelled and when; whether free memory was returned to the system since
     let mut last: Option<(u64, Instant)> = None;
+    let mut trimmed = false;
     loop {
         std::thread::sleep(PERIOD);
         let Some(governor) = governor.upgrade() else {
@@ -43,6 +45,7 @@ fn watch(governor: Weak<Governor>, limit: u64) {
             continue;
         };
         if resident <= limit {
+            last = None; // back under the ceiling
             continue;
         }
         let queries = governor
@@ -56,10 +59,21 @@ fn watch(governor: Weak<Governor>, limit: u64) {
             if still_there && at.elapsed() < GRACE {
                 continue;
             }
+            if !still_there && !trimmed {
+                // what the victim freed may sit in the allocator: return it, then judge again
+                release_free_memory();
+                trimmed = true;
+                continue;
+            }
+            // still over with the last victim gone: only a query holding memory the pools
+            // see is chosen now, never a newcomer for memory the process kept elsewhere
+            if queries.iter().all(|q| q.memory_bytes() == 0) {
+                continue;
+            }
         }
-        let running = queries
-            .iter()
-            .filter(|q| q.running.load(std::sync::atomic::Ordering::Relaxed));
+        let running = queries.iter().filter(|q| {
+            q.running.load(std::sync::atomic::Ordering::Relaxed) && !q.stop.is_cancelled()
+        });
         // the most memory first; among equals, the oldest
         let Some(victim) = running.max_by_key(|q| (q.memory_bytes(), std::cmp::Reverse(q.arrived)))
         else {
@@ -75,5 +89,16 @@ fn watch(governor: Weak<Governor>, limit: u64) {
         );
         victim.stop(StopReason::ServerMemory { resident, limit });
         last = Some((victim.id, Instant::now()));
+        trimmed = false;
+    }
+}
+
+/// Returns the allocator's free memory to the system: glibc keeps what is freed in its
+/// arenas, which would keep the resident size over the ceiling after a query let go.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the system.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
