@@ -153,6 +153,9 @@ fn without_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> 
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
+/// Rows per row group of a Parquet answer (what the encoder holds before it sends).
+const PARQUET_ANSWER_ROW_GROUP_ROWS: usize = 65_536;
+
 /// Where a streaming encoder writes: a buffer the bytes of each batch are taken from.
 #[derive(Clone, Default)]
 struct Sink(Arc<parking_lot::Mutex<Vec<u8>>>);
@@ -212,8 +215,11 @@ impl StreamEncoder {
             ),
             Format::Arrow => Writer::Arrow(StreamWriter::try_new(sink.clone(), schema)?),
             Format::Parquet => {
+                // a row group is held until it is written: keep it small, so the answer
+                // goes out as it is computed
                 let properties = WriterProperties::builder()
                     .set_compression(Compression::ZSTD(ZstdLevel::default()))
+                    .set_max_row_group_row_count(Some(PARQUET_ANSWER_ROW_GROUP_ROWS))
                     .build();
                 Writer::Parquet(
                     ArrowWriter::try_new(sink.clone(), schema.clone(), Some(properties))

@@ -354,7 +354,10 @@ mod tests {
         let start: ArrayRef = Arc::new(Int64Array::from(vec![1]));
         let stop: ArrayRef = Arc::new(Int64Array::from(vec![1000]));
         let step: ArrayRef = Arc::new(Int64Array::from(vec![10]));
-        assert_eq!(series_bytes(&[start.clone(), stop.clone()]).unwrap(), vec![8000]);
+        assert_eq!(
+            series_bytes(&[start.clone(), stop.clone()]).unwrap(),
+            vec![8000]
+        );
         assert_eq!(series_bytes(&[start, stop, step]).unwrap(), vec![800]);
         let huge: ArrayRef = Arc::new(IntervalMonthDayNanoArray::from(vec![
             IntervalMonthDayNano::new(i32::MAX, i32::MAX, i64::MAX),
