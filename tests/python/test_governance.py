@@ -21,8 +21,8 @@ import psycopg
 import pytest
 import requests
 
-from conftest import SpawnedServer
-from quiver_testlib import query_json, wait_until, write_ok
+from conftest import DEFAULT_PORTS, SpawnedServer
+from quiver_testlib import ports_free, query_json, wait_until, write_ok
 
 DB = "gov"
 Spawn = Callable[..., SpawnedServer]
@@ -378,3 +378,25 @@ def test_the_server_memory_ceiling_stops_the_query_not_the_server(spawn_quiver: 
     assert server.proc.poll() is None
     wait_until_idle(server)
     assert query_json(server.http_url, DB, "SELECT count(*) AS n FROM cpu") == [{"n": 1}]
+
+
+def test_the_readmes_command_governs_with_its_defaults(spawn_quiver: Spawn,
+                                                       tmp_path: Path) -> None:
+    """`quiver serve` as the README runs it: ./quiver-data, default ports and limits."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"the default ports {DEFAULT_PORTS} are taken", pytrace=False)
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    assert (tmp_path / "quiver-data" / "spill").is_dir()
+    write_ok(server.http_url, DB, "cpu,host=a usage=1 1\n")
+    response = sql(server, "SELECT repeat('x', 2000000000)")
+    assert response.status_code == 422
+    assert "268435456" in response.json()["error"]  # the default max_value_bytes
+    response = sql(server, ENDLESS, timeout_secs="0.5")
+    assert response.status_code == 504, response.text
+    assert running(server) == []
+    with psycopg.connect(host="127.0.0.1", port=DEFAULT_PORTS[2], dbname=DB, user="u",
+                         autocommit=True) as conn:
+        conn.execute("SET statement_timeout = 300")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute(ENDLESS)
+    wait_until_idle(server)

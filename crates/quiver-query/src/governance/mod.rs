@@ -171,7 +171,7 @@ impl Tracked {
         QueryInfo {
             id: self.id,
             db: self.database.clone(),
-            sql: self.sql.chars().take(LISTED_SQL_CHARS).collect(),
+            sql: self.sql.clone(),
             protocol: self.protocol,
             state: if self.running.load(Ordering::Relaxed) {
                 QueryState::Running
@@ -249,7 +249,8 @@ impl Governor {
         let tracked = Arc::new(Tracked {
             id,
             database: database.to_string(),
-            sql: sql.to_string(),
+            // only what the list shows is kept: a query's text may be megabytes
+            sql: sql.chars().take(LISTED_SQL_CHARS).collect(),
             protocol: control.protocol,
             arrived: Instant::now(),
             running: AtomicBool::new(false),
