@@ -371,6 +371,9 @@ impl Scan<'_> {
             .filter(|file| file.entry.memory_bytes() <= cache.capacity_bytes() / 4)
             .cloned()
             .collect();
+        if files.is_empty() {
+            return;
+        }
         let (columns, cache) = (columns.to_vec(), cache.clone());
         // a failure leaves the columns undecoded: scans keep reading the file (and fail
         // themselves if it cannot be read)

@@ -16,7 +16,6 @@ use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::Int32Type;
-use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::utils::split_conjunction;
@@ -138,17 +137,8 @@ fn tag_column(expr: &Expr) -> Option<&str> {
 /// The string a literal (possibly a dictionary, or cast to a string type) holds; `None` for
 /// anything else, including NULL (which matches no row, but is left to the filter itself).
 fn string_literal(expr: &Expr) -> Option<String> {
-    scalar_string(literal(expr, is_string)?)
-}
-
-fn scalar_string(value: &ScalarValue) -> Option<String> {
-    match value {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => Some(s.clone()),
-        ScalarValue::Dictionary(_, inner) => scalar_string(inner),
-        _ => None,
-    }
+    let value = literal(expr, is_string)?.try_as_str()??;
+    Some(value.to_string())
 }
 
 #[cfg(test)]

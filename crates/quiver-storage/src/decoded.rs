@@ -59,7 +59,8 @@ pub fn decode_columns(
         return Ok(());
     }
     let reader = File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)?;
+    let unreadable = |e| StorageError::parquet(&file.path, e);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(unreadable)?;
     let stored = builder.schema().clone();
     let readable: Vec<&str> = missing
         .iter()
@@ -79,8 +80,10 @@ pub fn decode_columns(
         builder
             .with_projection(mask)
             .with_batch_size(64 * 1024)
-            .build()?
-            .collect::<Result<Vec<RecordBatch>, _>>()?
+            .build()
+            .map_err(unreadable)?
+            .collect::<Result<Vec<RecordBatch>, _>>()
+            .map_err(|e| StorageError::parquet(&file.path, e.into()))?
     };
     let rows = usize::try_from(file.entry.rows).unwrap_or(usize::MAX);
     for field in missing {

@@ -122,6 +122,14 @@ pub enum StorageError {
     /// Writing or reading a Parquet file failed.
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// Reading the Parquet file at `path` failed.
+    #[error("cannot read the Parquet file {path}: {source}")]
+    ParquetFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The decoder's complaint.
+        source: parquet::errors::ParquetError,
+    },
     /// The write buffer is full and persisting it to Parquet is failing.
     #[error("the write buffer is full ({buffered} of {limit} bytes) and persisting it failed: {reason}; writes resume once persistence succeeds")]
     BufferFull {
@@ -135,6 +143,14 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// A failure reading the Parquet file at `path`.
+    pub fn parquet(path: &std::path::Path, source: parquet::errors::ParquetError) -> Self {
+        StorageError::ParquetFile {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// An I/O error on `path`.
     pub fn io(path: &std::path::Path, source: std::io::Error) -> Self {
         StorageError::Io {
@@ -169,7 +185,8 @@ impl Classify for StorageError {
             | StorageError::Io { .. }
             | StorageError::DataDirInUse { .. }
             | StorageError::Catalog(_)
-            | StorageError::Parquet(_) => ErrorKind::Internal,
+            | StorageError::Parquet(_)
+            | StorageError::ParquetFile { .. } => ErrorKind::Internal,
         }
     }
 }

@@ -64,9 +64,10 @@ fn file_last_rows(
     }
     // batch by batch, keeping only each batch's last rows: never the whole file in memory
     let reader = std::fs::File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(reader)?
-        .with_batch_size(64 * 1024)
-        .build()?;
+    let unreadable = |e| StorageError::parquet(&file.path, e);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(reader)
+        .and_then(|builder| builder.with_batch_size(64 * 1024).build())
+        .map_err(unreadable)?;
     let stored = reader.schema();
     let mut parts = Vec::new();
     for batch in reader {
