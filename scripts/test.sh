@@ -6,7 +6,7 @@
 #
 # Environment: CARGO_TARGET_DIR (optional, shared build directory), PYTHON (default python3).
 # Installs what the tests need when it is missing: the Python packages (into .venv), psql, a
-# JDK and Maven.
+# JDK and Maven, promtool.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,28 +27,31 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     echo "$WANT" > "$STAMP"
 fi
 
-# psql (the PostgreSQL client) is one of the real clients the end-to-end tests drive.
-if ! command -v psql >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
-        echo "==> installing the PostgreSQL client (psql)"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-client >/dev/null
-    else
-        echo "psql is required for the PostgreSQL tests: install the PostgreSQL client (e.g. apt-get install postgresql-client)" >&2
+# require_tools PURPOSE "APT PACKAGES" COMMAND...: installs the packages with apt (as root) when
+# a command is missing, or stops with what to install.
+require_tools() {
+    local purpose=$1 packages=$2
+    shift 2
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null 2>&1 && continue
+        if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+            echo "==> installing $packages ($purpose)"
+            # shellcheck disable=SC2086 # the package list is meant to split
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >/dev/null
+            return
+        fi
+        echo "$* are required for $purpose: install them (e.g. apt-get install $packages)" >&2
         exit 1
-    fi
-fi
+    done
+}
 
+# psql (the PostgreSQL client) is one of the real clients the end-to-end tests drive.
+require_tools "the PostgreSQL tests" postgresql-client psql
 # A JDK and Maven run the JDBC drivers (pgjdbc, Arrow Flight SQL JDBC) in test_jdbc.py; Maven
 # downloads the drivers from Maven Central on first use (tests/java/pom.xml).
-if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
-        echo "==> installing a JDK and Maven"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless maven >/dev/null
-    else
-        echo "java and mvn are required for the JDBC tests: install a JDK 17+ and Maven (e.g. apt-get install default-jdk-headless maven)" >&2
-        exit 1
-    fi
-fi
+require_tools "the JDBC tests" "default-jdk-headless maven" java mvn
+# promtool (Debian's prometheus package) checks that /metrics is valid Prometheus text.
+require_tools "the /metrics test" prometheus promtool
 
 echo "==> cargo test --workspace"
 cargo test --workspace

@@ -36,9 +36,13 @@ public class JdbcClients {
         boolean all = args[3].equals("all");
         List<String> queries = List.of(args).subList(4, args.length);
 
+        // A token allowed to read the database: its name is the PostgreSQL user (pgjdbc logs in
+        // with SCRAM-SHA-256), its secret the password and the Flight SQL bearer token.
+        String tokenName = System.getenv("QUIVER_TOKEN_NAME");
+        String token = System.getenv("QUIVER_TOKEN");
         Properties pg = new Properties();
-        pg.setProperty("user", "jdbc");
-        pg.setProperty("password", "unused");
+        pg.setProperty("user", tokenName);
+        pg.setProperty("password", token);
         String pgUrl = "jdbc:postgresql://127.0.0.1:" + pgPort + "/" + database;
         try (Connection conn = DriverManager.getConnection(pgUrl, pg)) {
             exercise("pgjdbc", conn, database, queries, all);
@@ -48,8 +52,7 @@ public class JdbcClients {
         String flightUrl = "jdbc:arrow-flight-sql://127.0.0.1:" + flightPort
                 + "/?useEncryption=false&database=" + database;
         Properties flight = new Properties();
-        flight.setProperty("user", "jdbc");
-        flight.setProperty("password", "unused");
+        flight.setProperty("token", token);
         try (Connection conn = DriverManager.getConnection(flightUrl, flight)) {
             exercise("flight-sql-jdbc", conn, database, queries, all);
         }

@@ -17,6 +17,7 @@ import decimal
 import gzip as gzip_lib
 import math
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -184,6 +185,22 @@ def write_lp(
         headers=all_headers,
         timeout=HTTP_TIMEOUT_S,
     )
+
+
+def unique_name(prefix: str) -> str:
+    """``prefix`` and a random suffix: a token name no other test (or fixture) uses."""
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def create_token(base_url: str, name: str, permissions: Sequence[str],
+                 headers: dict[str, str] | None = None) -> str:
+    """Create a token through the admin API (as the local caller, or with ``headers``) and
+    return its secret."""
+    resp = requests.post(f"{base_url}/api/v3/configure/token",
+                         json={"name": name, "permissions": list(permissions)},
+                         headers=headers or {}, timeout=HTTP_TIMEOUT_S)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["token"]
 
 
 def persist(base_url: str) -> dict[str, Any]:

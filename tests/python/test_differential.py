@@ -46,6 +46,7 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 
 from quiver_testlib import (
     assert_rows_match,
+    create_token, unique_name,
     json_rows,
     normalize_table,
     query_arrow,
@@ -426,8 +427,10 @@ def duck(dataset: Dataset) -> Iterator[duckdb.DuckDBPyConnection]:
 
 @pytest.fixture(scope="module")
 def loaded_quiver_url(quiver_url: str, dataset: Dataset) -> str:
-    """Write the data set to Quiver with influxdb_client; return the base URL."""
-    with InfluxDBClient(url=quiver_url, token="unused", org=ORG, timeout=120_000) as client:
+    """Write the data set to Quiver with influxdb_client (with a token allowed to write it, as
+    InfluxDB clients always present one); return the base URL."""
+    token = create_token(quiver_url, unique_name("differential-writer"), [f"db:{DB}:write"])
+    with InfluxDBClient(url=quiver_url, token=token, org=ORG, timeout=120_000) as client:
         write_api = client.write_api(write_options=SYNCHRONOUS)
         for batch in write_batches(dataset):
             write_api.write(bucket=DB, org=ORG, record=batch,

@@ -15,7 +15,8 @@ import pyarrow.flight as flight
 import pytest
 import requests
 
-from quiver_testlib import assert_rows_match, normalize_table, query_arrow, write_lp
+from quiver_testlib import (assert_rows_match, create_token, normalize_table, query_arrow,
+                            unique_name, write_lp)
 from test_differential import DB, QUERIES, Query, dataset, loaded_quiver_url  # noqa: F401
 
 FLIGHT_DB = "flight_basics"
@@ -25,7 +26,7 @@ DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
 def connect(uri: str, database: str = DB, **extra: str) -> flight_sql.Connection:
     return flight_sql.connect(
         uri,
-        db_kwargs={"username": "alice", "password": "secret", DATABASE_HEADER: database, **extra},
+        db_kwargs={DATABASE_HEADER: database, **extra},
         autocommit=True,  # Quiver is read-only over SQL: there are no transactions
     )
 
@@ -169,7 +170,8 @@ def statement_command(sql: str) -> bytes:
 
 def test_pyarrow_flight_handshake_and_statement(basics_url: str, quiver_flight_uri: str) -> None:
     client = flight.FlightClient(quiver_flight_uri)
-    name, value = client.authenticate_basic_token("bob", "pw")
+    # on loopback, a handshake with no token is the local caller's
+    name, value = client.authenticate_basic_token("bob", "")
     assert name.lower() == b"authorization" and value.startswith(b"Bearer ")
     options = flight.FlightCallOptions(headers=[(name, value), (b"database", FLIGHT_DB.encode())])
     descriptor = flight.FlightDescriptor.for_command(
@@ -204,10 +206,11 @@ def test_pyarrow_flight_handshake_and_statement(basics_url: str, quiver_flight_u
     assert again.num_rows == 3
 
 
-def _client(uri: str, user: str, database: str = FLIGHT_DB
+def _client(uri: str, token: str, database: str = FLIGHT_DB
             ) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+    """A client that did the Handshake with ``token`` as its password ("": none)."""
     client = flight.FlightClient(uri)
-    name, value = client.authenticate_basic_token(user, "pw")
+    name, value = client.authenticate_basic_token("user", token)
     return client, flight.FlightCallOptions(headers=[(name, value),
                                                      (b"database", database.encode())])
 
@@ -220,7 +223,11 @@ def test_flight_answers_come_from_the_result_cache_per_caller(quiver_url: str,
                                                               quiver_flight_uri: str) -> None:
     database = "flight_cache"
     assert write_lp(quiver_url, database, "m,host=a v=1 1000000000\n").status_code == 204
-    alice, alice_options = _client(quiver_flight_uri, "alice", database)
+    # two tokens with different grants: different access scopes
+    alice_token = create_token(quiver_url, unique_name("flight-alice"), [f"db:{database}:read"])
+    bob_token = create_token(quiver_url, unique_name("flight-bob"),
+                             [f"db:{database}:read", "db:x:read"])
+    alice, alice_options = _client(quiver_flight_uri, alice_token, database)
     descriptor = flight.FlightDescriptor.for_command(
         statement_command("SELECT host, v FROM m ORDER BY host"))
 
@@ -233,7 +240,7 @@ def test_flight_answers_come_from_the_result_cache_per_caller(quiver_url: str,
     assert fetch(alice, alice_options) == [{"host": "a", "v": 1.0}]
     assert _executions(quiver_url) == before + 1, "the repeat is a hit"
     # Another caller never shares alice's entry.
-    bob, bob_options = _client(quiver_flight_uri, "bob", database)
+    bob, bob_options = _client(quiver_flight_uri, bob_token, database)
     assert fetch(bob, bob_options) == [{"host": "a", "v": 1.0}]
     assert _executions(quiver_url) == before + 2
     # A write makes the cached answers unreachable: the next fetch sees it.
@@ -245,7 +252,7 @@ def test_flight_answers_come_from_the_result_cache_per_caller(quiver_url: str,
 def test_flight_info_schemas_and_schema_changes(quiver_url: str, quiver_flight_uri: str) -> None:
     database = "flight_schema"
     assert write_lp(quiver_url, database, "m,host=a v=1 1000000000\n").status_code == 204
-    client, options = _client(quiver_flight_uri, "carol", database)
+    client, options = _client(quiver_flight_uri, "", database)
     empty = flight.FlightDescriptor.for_command(
         statement_command("SELECT host, v, time FROM m WHERE v > 100"))
     info = client.get_flight_info(empty, options)
@@ -268,7 +275,7 @@ def test_flight_info_schemas_and_schema_changes(quiver_url: str, quiver_flight_u
 
 def test_broken_requests_leave_other_sessions_working(loaded_quiver_url: str,  # noqa: F811
                                                       quiver_flight_uri: str) -> None:
-    bystander, bystander_options = _client(quiver_flight_uri, "dave", DB)
+    bystander, bystander_options = _client(quiver_flight_uri, "", DB)
     count = flight.FlightDescriptor.for_command(
         statement_command("SELECT count(*) AS n FROM cpu"))
 
@@ -277,7 +284,7 @@ def test_broken_requests_leave_other_sessions_working(loaded_quiver_url: str,  #
         return bystander.do_get(info.endpoints[0].ticket, bystander_options).read_all()[0][0].as_py()
 
     expected = bystander_count()
-    client, options = _client(quiver_flight_uri, "eve", DB)
+    client, options = _client(quiver_flight_uri, "", DB)
     # A command that is not valid protobuf, and an unknown command type.
     for command in (b"\xff\xff\xff garbage", _field(1, b"type.googleapis.com/nope") + _field(2, b"")):
         with pytest.raises((flight.FlightError, pa.ArrowException)):
@@ -295,7 +302,7 @@ def test_broken_requests_leave_other_sessions_working(loaded_quiver_url: str,  #
     reader.read_chunk()
     client.close()
     assert bystander_count() == expected
-    assert _client(quiver_flight_uri, "eve", DB)[0] is not None
+    assert _client(quiver_flight_uri, "", DB)[0] is not None
 
 
 # --------------------------------------------------------------------------
@@ -358,7 +365,7 @@ def _ingest_descriptor(table: str) -> flight.FlightDescriptor:
 def test_flight_ingest_of_compressed_batches(quiver_url: str, quiver_flight_uri: str,
                                              compression: str) -> None:
     client = flight.FlightClient(quiver_flight_uri)
-    name, value = client.authenticate_basic_token("frank", "pw")
+    name, value = client.authenticate_basic_token("frank", "")
     call = flight.FlightCallOptions(
         headers=[(name, value), (b"database", INGEST_DB.encode())],
         write_options=pa.ipc.IpcWriteOptions(compression=compression))

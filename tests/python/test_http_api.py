@@ -27,7 +27,8 @@ import requests
 from influxdb_client import InfluxDBClient, Point, WritePrecision
 from influxdb_client.client.write_api import SYNCHRONOUS
 
-from quiver_testlib import HTTP_TIMEOUT_S, json_rows, query, query_json, write_lp
+from quiver_testlib import (HTTP_TIMEOUT_S, create_token, json_rows, query, query_json,
+                            unique_name, write_lp)
 
 DB = "http_api"
 ORG = "quiver"
@@ -129,7 +130,8 @@ def test_gzip_via_influxdb_client(quiver_url: str) -> None:
         .time(BASE_NS + i, WritePrecision.NS)
         for i in range(10)
     ]
-    with InfluxDBClient(url=quiver_url, token="unused", org=ORG, enable_gzip=True) as client:
+    token = create_token(quiver_url, unique_name("gzip-writer"), ["db:*:write"])
+    with InfluxDBClient(url=quiver_url, token=token, org=ORG, enable_gzip=True) as client:
         client.write_api(write_options=SYNCHRONOUS).write(
             bucket=DB, org=ORG, record=points, write_precision=WritePrecision.NS
         )

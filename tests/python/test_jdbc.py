@@ -13,6 +13,7 @@ as values, so Quiver sends Java's Flight client plain columns.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from quiver_testlib import assert_rows_match, normalize_table, query_arrow, write_lp
+from quiver_testlib import (assert_rows_match, create_token, normalize_table, query_arrow,
+                            unique_name, write_lp)
 from test_differential import DB, QUERIES, dataset, loaded_quiver_url  # noqa: F401
 
 JAVA_DIR = Path(__file__).resolve().parent.parent / "java"
@@ -48,14 +50,19 @@ def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     return out.read_text().strip()
 
 
-def run_clients(classpath: str, pg_port: int, flight_uri: str, db: str, mode: str,
-                queries: list[str]) -> list[dict[str, Any]]:
+def run_clients(classpath: str, base_url: str, pg_port: int, flight_uri: str, db: str,
+                mode: str, queries: list[str]) -> list[dict[str, Any]]:
+    """Runs both drivers as a token allowed to read ``db`` (pgjdbc logs in with SCRAM-SHA-256,
+    the Flight SQL driver sends the token as a bearer)."""
     flight_port = flight_uri.rsplit(":", 1)[1]
+    name = unique_name("jdbc")
+    token = create_token(base_url, name, [f"db:{db}:read"])
     result = subprocess.run(
         ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-Duser.timezone=UTC",
          "-cp", classpath, str(JAVA_DIR / "JdbcClients.java"),
          str(pg_port), flight_port, db, mode, *queries],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "QUIVER_TOKEN_NAME": name, "QUIVER_TOKEN": token})
     assert result.returncode == 0, f"JdbcClients failed:\n{result.stdout}\n{result.stderr}"
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
@@ -87,7 +94,8 @@ def test_differential_queries_through_both_drivers(
     classpath: str, loaded_quiver_url: str, quiver_pg_port: int,  # noqa: F811
     quiver_flight_uri: str,
 ) -> None:
-    lines = run_clients(classpath, quiver_pg_port, quiver_flight_uri, DB, "queries",
+    lines = run_clients(classpath, loaded_quiver_url, quiver_pg_port, quiver_flight_uri, DB,
+                        "queries",
                         [q.sql for q in QUERIES])
     seen = {(line["client"], line["check"]) for line in lines}
     assert seen == {(client, check) for client in ("pgjdbc", "flight-sql-jdbc")
@@ -101,7 +109,8 @@ def test_types_parameters_metadata_and_errors(
     classpath: str, jdbc_basics: str, quiver_pg_port: int, quiver_flight_uri: str,
 ) -> None:
     sql = "SELECT time, host, region, usage, count, ok, note FROM cpu ORDER BY time"
-    lines = run_clients(classpath, quiver_pg_port, quiver_flight_uri, JDBC_DB, "all", [sql])
+    lines = run_clients(classpath, jdbc_basics, quiver_pg_port, quiver_flight_uri, JDBC_DB, "all",
+                        [sql])
     by_check = {(line["client"], line["check"]): line for line in lines}
     for client in ("pgjdbc", "flight-sql-jdbc"):
         for check in ("statement", "prepared", "parameter"):

@@ -19,7 +19,7 @@ import requests
 import zstandard
 from arc_client import ArcClient
 
-from quiver_testlib import query_arrow, query_json, write_lp
+from quiver_testlib import create_token, query_arrow, query_json, unique_name, write_lp
 
 ENDPOINT = "/api/v1/write/msgpack"
 T0_US = 1_700_000_000_000_000
@@ -37,8 +37,10 @@ def count(base_url: str, db: str, table: str) -> int:
 
 
 def arc_client(base_url: str, database: str) -> ArcClient:
+    """Arc's SDK with a token allowed to write ``database`` (the SDK always sends one)."""
     url = urlparse(base_url)
-    return ArcClient(host=url.hostname, port=url.port, database=database, token="unused")
+    token = create_token(base_url, unique_name("arc"), [f"db:{database}:write"])
+    return ArcClient(host=url.hostname, port=url.port, database=database, token=token)
 
 
 # --------------------------------------------------------------------------

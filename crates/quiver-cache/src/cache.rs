@@ -256,7 +256,7 @@ mod tests {
             database: "db",
             params: String::new(),
             settings: "",
-            scope: &AccessScope::Anonymous,
+            scope: &AccessScope::Everything,
             clock_bucket: None,
             versions: vec![(
                 ScannedTable {

@@ -107,7 +107,10 @@ async fn every_cached_answer_equals_an_uncached_execution_at_the_same_point() {
                     database: "db".into(),
                     sql: variant(sql, &mut rng),
                     params: params.clone(),
-                    scope: quiver_model::AccessScope::user(format!("user{}", rng.below(2))),
+                    scope: quiver_model::AccessScope::grants(format!(
+                        "db:user{}:read",
+                        rng.below(2)
+                    )),
                     no_cache: false,
                     control: Default::default(),
                 };

@@ -434,6 +434,7 @@ impl quiver_query::SessionSetup for GateFunction {
         &self,
         ctx: &datafusion::prelude::SessionContext,
         _database: &str,
+        _visible: &quiver_model::VisibleDatabases,
     ) -> Result<(), datafusion::error::DataFusionError> {
         use datafusion::arrow::datatypes::DataType;
         use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};

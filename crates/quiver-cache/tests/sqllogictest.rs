@@ -101,7 +101,7 @@ impl Quiver {
         let request = QueryRequest {
             database: self.database.clone(),
             sql: sql.to_string(),
-            scope: AccessScope::Anonymous,
+            scope: AccessScope::Everything,
             ..QueryRequest::default()
         };
         let (_, first_verdict) = self.answer(&request).await?;

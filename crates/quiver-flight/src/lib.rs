@@ -4,10 +4,16 @@
 //! (`classified_status`). One file of ~1,000 lines because it is one `FlightSqlService`
 //! implementation whose trait methods share its private state.
 //!
-//! - Handshake: HTTP Basic credentials in (padded or unpadded base64), `authorization: Bearer
-//!   <token>` out. Until tokens with scopes exist any credentials are accepted; the user name
-//!   becomes the caller's result-cache scope. A request presenting an unknown bearer token is
-//!   refused; a request presenting none is anonymous.
+//! - Authentication (see `quiver_auth`): every call presents `authorization: Bearer <token>`
+//!   (a Quiver token, or the session handle a Handshake returned), `Basic` credentials with
+//!   the token as password, or nothing where the `auth` mode admits token-less calls (loopback
+//!   clients by default). Handshake takes Basic credentials (padded or unpadded base64; the
+//!   token is the password), a bearer token or nothing, and returns
+//!   `authorization: Bearer <handle>`. Statements check that the caller may read
+//!   every table they read (before the cache is consulted, and before a schema is
+//!   described); metadata lists only the databases it may read; bulk ingest needs write
+//!   permission. A revoked token stops working at once, also through its handles and
+//!   prepared statements.
 //! - The database comes from the `database` gRPC header (InfluxDB 3's convention) or
 //!   `bucket-name`.
 //! - Statements: `GetFlightInfo` takes the schema from the cached answer, or else plans the
@@ -34,8 +40,13 @@
 //!   Arrow Java's client and the Flight SQL JDBC driver on it, which misread those, portable
 //!   ones (see [`ResultTypes`]); the `quiver-result-types` header chooses explicitly.
 
+mod observe;
+
+pub use observe::GrpcMetricsLayer;
+
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -65,10 +76,11 @@ use datafusion::common::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
 use prost::Message;
+use quiver_auth::{Authenticator, Caller, Presented};
 use quiver_cache::{AnswerBody, EncodingKey, QueryRequest, QueryService};
 use quiver_ingest::arrow_ingest::table_from_arrow;
 use quiver_ingest::arrow_ipc::MessageChecker;
-use quiver_model::{AccessScope, Classify, ErrorKind};
+use quiver_model::{Classify, ErrorKind};
 use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
 use quiver_storage::{Durability, Store};
@@ -111,7 +123,7 @@ struct StatementTicket {
 struct Prepared {
     database: String,
     sql: String,
-    scope: AccessScope,
+    caller: Caller,
     params: parking_lot::Mutex<QueryParams>,
 }
 
@@ -216,7 +228,10 @@ pub struct QuiverFlightSql {
     store: Arc<Store>,
     queries: Arc<QueryService>,
     /// Bearer token → user name.
-    sessions: moka::sync::Cache<String, Arc<str>>,
+    /// Who requests act for.
+    auth: Arc<Authenticator>,
+    /// Handshake handles and the callers they stand for.
+    sessions: moka::sync::Cache<String, Caller>,
     prepared: moka::sync::Cache<String, Arc<Prepared>>,
     /// Largest gRPC message, and most bytes one message's compressed buffers may claim.
     max_message_bytes: usize,
@@ -225,9 +240,15 @@ pub struct QuiverFlightSql {
 impl QuiverFlightSql {
     /// A Flight SQL service answering from `queries` (which reads `store`); one gRPC message
     /// (and what its compressed buffers claim) is at most `max_message_bytes`.
-    pub fn new(store: Arc<Store>, queries: Arc<QueryService>, max_message_bytes: usize) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        queries: Arc<QueryService>,
+        auth: Arc<Authenticator>,
+        max_message_bytes: usize,
+    ) -> Self {
         QuiverFlightSql {
             store,
+            auth,
             queries,
             max_message_bytes,
             // LRU, not TinyLFU: a new token or handle must always be admitted (the least
@@ -254,38 +275,61 @@ impl QuiverFlightSql {
         Ok(format!("{:032x}", u128::from_be_bytes(bytes)))
     }
 
-    /// The caller's result-cache scope: the user its bearer token was issued to.
-    fn scope(&self, metadata: &MetadataMap) -> Result<AccessScope, Status> {
-        let Some(value) = metadata.get("authorization") else {
-            return Ok(AccessScope::Anonymous);
-        };
-        let value = value
-            .to_str()
-            .map_err(|_| Status::unauthenticated("authorization header is not ASCII"))?;
-        let Some(token) = strip_prefix_ignore_case(value, "bearer ") else {
-            return Err(Status::unauthenticated(
-                "authorization must be `Bearer <token>` from the handshake",
-            ));
-        };
-        self.sessions
-            .get(token.trim())
-            .map(|user| AccessScope::user(user.as_ref()))
-            .ok_or_else(|| Status::unauthenticated("unknown or expired bearer token"))
+    /// Who `request` acts for (see the module documentation), counted against its rate
+    /// limit.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+        let caller = match request.metadata().get("authorization") {
+            None => self.auth.authenticate(Presented::Nothing, peer),
+            Some(value) => {
+                let handle = value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
+                    .and_then(|handle| self.sessions.get(handle.trim()));
+                match handle {
+                    Some(caller) => caller.require_active().map(|()| caller),
+                    None => self.auth.authenticate_header(Some(value.as_bytes()), peer),
+                }
+            }
+        }
+        .map_err(|e| classified_status(&e))?;
+        self.auth
+            .admit_request(&caller)
+            .map_err(|e| classified_status(&e))?;
+        Ok(caller)
     }
 
     /// The schema `request`'s answer will have: the cached answer's, or else the plan's.
     async fn result_schema(&self, request: &QueryRequest) -> Result<SchemaRef, Status> {
         match self.queries.peek(request) {
             Some(cached) => Ok(cached.result().schema().clone()),
-            None => Ok(self.describe(&request.database, &request.sql).await?.0),
+            None => Ok(self
+                .describe(&request.database, &request.sql, &request.control)
+                .await?
+                .0),
         }
     }
 
-    /// The result and parameter schemas of `sql`, from its plan.
-    async fn describe(&self, database: &str, sql: &str) -> Result<(SchemaRef, SchemaRef), Status> {
+    /// The result and parameter schemas of `sql`, from its plan, if the caller of `control`
+    /// may read what it reads.
+    async fn describe(
+        &self,
+        database: &str,
+        sql: &str,
+        control: &QueryControl,
+    ) -> Result<(SchemaRef, SchemaRef), Status> {
         let engine = self.queries.engine();
         let analysis = engine
             .analyze(database, sql)
+            .map_err(|e| classified_status(&e))?;
+        control
+            .check_read(
+                &analysis.database,
+                analysis.tables.iter().map(|t| t.database.as_str()),
+            )
             .map_err(|e| classified_status(&e))?;
         let description = engine
             .describe(&analysis)
@@ -456,6 +500,9 @@ fn classified_status(e: &(impl Classify + ?Sized)) -> Status {
         }
         ErrorKind::NotFound => Status::not_found(message),
         ErrorKind::Conflict => Status::already_exists(message),
+        ErrorKind::Unauthenticated => Status::unauthenticated(message),
+        ErrorKind::PermissionDenied => Status::permission_denied(message),
+        ErrorKind::RateLimited => Status::resource_exhausted(message),
         ErrorKind::ResourcesExhausted => Status::resource_exhausted(message),
         ErrorKind::TimedOut => Status::deadline_exceeded(message),
         ErrorKind::Cancelled => Status::cancelled(message),
@@ -464,9 +511,10 @@ fn classified_status(e: &(impl Classify + ?Sized)) -> Status {
     }
 }
 
-/// What the governor is told of a Flight query: its protocol and the client's deadline
-/// (`grpc-timeout`: digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`).
-fn control_of(metadata: &MetadataMap) -> Result<QueryControl, Status> {
+/// What the governor is told of a Flight query of `caller`: its protocol, the caller's grants
+/// and the client's deadline (`grpc-timeout`: digits and a unit, `H`, `M`, `S`, `m`, `u` or
+/// `n`).
+fn control_for(caller: &Caller, metadata: &MetadataMap) -> Result<QueryControl, Status> {
     let timeout = match metadata.get("grpc-timeout") {
         None => None,
         Some(value) => Some(
@@ -481,6 +529,7 @@ fn control_of(metadata: &MetadataMap) -> Result<QueryControl, Status> {
         protocol: Protocol::Flight,
         timeout,
         timeout_setting: "the gRPC deadline",
+        grants: caller.read_grants(),
     })
 }
 
@@ -582,17 +631,33 @@ impl FlightSqlService for QuiverFlightSql {
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        let header = request
-            .metadata()
-            .get("authorization")
-            .ok_or_else(|| Status::unauthenticated("handshake needs `authorization: Basic …`"))?
-            .to_str()
-            .map_err(|_| Status::unauthenticated("authorization header is not ASCII"))?;
-        let (user, _password) = basic_credentials(header)?;
+        let peer = request
+            .remote_addr()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+        let caller = match request.metadata().get("authorization") {
+            // Basic: the token is the password (none: the local caller, where admitted)
+            Some(value)
+                if value
+                    .to_str()
+                    .is_ok_and(|v| strip_prefix_ignore_case(v, "basic ").is_some()) =>
+            {
+                let header = value.to_str().unwrap_or_default();
+                let (_user, password) = basic_credentials(header)?;
+                let presented = if password.is_empty() {
+                    Presented::Nothing
+                } else {
+                    Presented::Token(&password)
+                };
+                self.auth.authenticate(presented, peer)
+            }
+            // `Bearer <token>` (what the Flight SQL JDBC driver's `token` property sends)
+            Some(value) => self.auth.authenticate_header(Some(value.as_bytes()), peer),
+            None => self.auth.authenticate(Presented::Nothing, peer),
+        }
+        .map_err(|e| classified_status(&e))?;
         let token = self.new_handle()?;
-        self.sessions
-            .insert(token.clone(), Arc::from(user.as_str()));
-        tracing::debug!(user, "Flight SQL handshake");
+        tracing::debug!(caller = caller.name(), "Flight SQL handshake");
+        self.sessions.insert(token.clone(), caller);
         let reply = HandshakeResponse {
             protocol_version: 0,
             payload: token.clone().into(),
@@ -610,11 +675,12 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let scope = self.scope(request.metadata())?;
+        let caller = self.caller(&request)?;
         let statement = QueryRequest {
             database: database_of(request.metadata())?,
             sql: query.query,
-            scope,
+            scope: caller.scope().clone(),
+            control: control_for(&caller, request.metadata())?,
             ..QueryRequest::default()
         };
         let types = ResultTypes::of(request.metadata())?;
@@ -636,15 +702,15 @@ impl FlightSqlService for QuiverFlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        let scope = self.scope(request.metadata())?;
+        let caller = self.caller(&request)?;
         let types = ResultTypes::of(request.metadata())?;
         let statement: StatementTicket = serde_json::from_slice(&ticket.statement_handle)
             .map_err(|_| Status::invalid_argument("not a ticket this server issued"))?;
         let request = QueryRequest {
             database: statement.database,
             sql: statement.sql,
-            scope,
-            control: control_of(request.metadata())?,
+            scope: caller.scope().clone(),
+            control: control_for(&caller, request.metadata())?,
             ..QueryRequest::default()
         };
         self.answer(request, Some(statement.schema), types).await
@@ -655,17 +721,18 @@ impl FlightSqlService for QuiverFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let scope = self.scope(request.metadata())?;
+        let caller = self.caller(&request)?;
         let database = database_of(request.metadata())?;
         let types = ResultTypes::of(request.metadata())?;
-        let (schema, parameters) = self.describe(&database, &query.query).await?;
+        let control = control_for(&caller, request.metadata())?;
+        let (schema, parameters) = self.describe(&database, &query.query, &control).await?;
         let handle = self.new_handle()?;
         self.prepared.insert(
             handle.clone(),
             Arc::new(Prepared {
                 database,
                 sql: query.query,
-                scope,
+                caller,
                 params: parking_lot::Mutex::new(QueryParams::None),
             }),
         );
@@ -681,8 +748,8 @@ impl FlightSqlService for QuiverFlightSql {
         query: ActionClosePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<(), Status> {
-        let scope = self.scope(request.metadata())?;
-        self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        let caller = self.caller(&request)?;
+        self.prepared_statement(&query.prepared_statement_handle, &caller)?;
         let handle = String::from_utf8_lossy(&query.prepared_statement_handle);
         self.prepared.invalidate(handle.as_ref());
         Ok(())
@@ -693,8 +760,8 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let scope = self.scope(request.metadata())?;
-        let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        let caller = self.caller(&request)?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle, &caller)?;
         let data = request
             .into_inner()
             .into_peekable()
@@ -718,8 +785,8 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let scope = self.scope(request.metadata())?;
-        let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        let caller = self.caller(&request)?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle, &caller)?;
         let types = ResultTypes::of(request.metadata())?;
         let schema = self.result_schema(&prepared.request()).await?;
         flight_info(&types.schema(&schema), &query, request)
@@ -730,11 +797,11 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        let scope = self.scope(request.metadata())?;
-        let prepared = self.prepared_statement(&query.prepared_statement_handle, &scope)?;
+        let caller = self.caller(&request)?;
+        let prepared = self.prepared_statement(&query.prepared_statement_handle, &caller)?;
         let types = ResultTypes::of(request.metadata())?;
         let mut statement = prepared.request();
-        statement.control = control_of(request.metadata())?;
+        statement.control = control_for(&caller, request.metadata())?;
         self.answer(statement, None, types).await
     }
 
@@ -743,11 +810,14 @@ impl FlightSqlService for QuiverFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.scope(request.metadata())?;
+        let caller = self.caller(&request)?;
         let database = match &command.schema {
             Some(schema) if !schema.is_empty() => schema.clone(),
             _ => database_of(request.metadata())?,
         };
+        caller
+            .require(quiver_auth::Action::Write, &database)
+            .map_err(|e| classified_status(&e))?;
         check_ingest_target(&self.store, &database, &command)?;
         // Every message is checked before Arrow's decoder sees it (it trusts the sizes a
         // message declares); a compressed message may claim what an HTTP request body may.
@@ -785,6 +855,13 @@ impl FlightSqlService for QuiverFlightSql {
             if batch.num_rows() == 0 {
                 continue;
             }
+            caller
+                .require_active()
+                .and_then(|()| {
+                    self.auth
+                        .admit_write(&caller, batch.get_array_memory_size() as u64)
+                })
+                .map_err(|e| classified_status(&e))?;
             let table = table_from_arrow(&command.table, &batch).map_err(|e| {
                 Status::invalid_argument(format!(
                     "{e} ({rows} rows of earlier batches were written)"
@@ -810,7 +887,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let schema = query.clone().into_builder(&SQL_INFO).schema();
         flight_info(&schema, &query, request)
     }
@@ -820,7 +897,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetSqlInfo,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let builder = query.into_builder(&SQL_INFO);
         single_batch(builder.schema(), builder.build())
     }
@@ -830,7 +907,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let schema = query.into_builder().schema();
         flight_info(&schema, &query, request)
     }
@@ -840,7 +917,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetCatalogs,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let mut builder = query.into_builder();
         builder.append(CATALOG_NAME);
         single_batch(builder.schema(), builder.build())
@@ -851,7 +928,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let schema = query.clone().into_builder().schema();
         flight_info(&schema, &query, request)
     }
@@ -861,10 +938,12 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetDbSchemas,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.scope(request.metadata())?;
+        let visible = self.caller(&request)?.visible_databases();
         let mut builder = query.into_builder();
         for database in self.store.database_names() {
-            builder.append(CATALOG_NAME, database);
+            if visible.shows(&database) {
+                builder.append(CATALOG_NAME, database);
+            }
         }
         single_batch(builder.schema(), builder.build())
     }
@@ -874,7 +953,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let schema = query.clone().into_builder().schema();
         flight_info(&schema, &query, request)
     }
@@ -884,11 +963,15 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetTables,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.scope(request.metadata())?;
+        let visible = self.caller(&request)?.visible_databases();
         let types = ResultTypes::of(request.metadata())?;
         let mut builder = query.into_builder();
         for database in self.store.database_names() {
-            let Some(db) = self.store.database(&database) else {
+            let Some(db) = self
+                .store
+                .database(&database)
+                .filter(|_| visible.shows(&database))
+            else {
                 continue;
             };
             for name in db.table_names() {
@@ -909,7 +992,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let schema = query.into_builder().schema();
         flight_info(&schema, &query, request)
     }
@@ -919,7 +1002,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetTableTypes,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.scope(request.metadata())?;
+        self.caller(&request)?;
         let mut builder = query.into_builder();
         builder.append("TABLE");
         single_batch(builder.schema(), builder.build())
@@ -982,17 +1065,13 @@ fn check_ingest_target(
 }
 
 impl QuiverFlightSql {
-    /// The prepared statement `handle` names, if the caller in `scope` created it.
-    fn prepared_statement(
-        &self,
-        handle: &[u8],
-        scope: &AccessScope,
-    ) -> Result<Arc<Prepared>, Status> {
+    /// The prepared statement `handle` names, if `caller` created it.
+    fn prepared_statement(&self, handle: &[u8], caller: &Caller) -> Result<Arc<Prepared>, Status> {
         let handle = std::str::from_utf8(handle)
             .map_err(|_| Status::invalid_argument("not a prepared statement handle"))?;
         self.prepared
             .get(handle)
-            .filter(|prepared| prepared.scope == *scope)
+            .filter(|prepared| Arc::ptr_eq(&prepared.caller, caller))
             .ok_or_else(|| {
                 Status::not_found("unknown prepared statement (closed, or unused for an hour)")
             })
@@ -1006,9 +1085,13 @@ impl Prepared {
             database: self.database.clone(),
             sql: self.sql.clone(),
             params: self.params.lock().clone(),
-            scope: self.scope.clone(),
+            scope: self.caller.scope().clone(),
             no_cache: false,
-            control: QueryControl::default(),
+            control: QueryControl {
+                protocol: Protocol::Flight,
+                grants: self.caller.read_grants(),
+                ..QueryControl::default()
+            },
         }
     }
 }

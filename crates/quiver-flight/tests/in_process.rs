@@ -9,6 +9,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
+use quiver_auth::{AuthSettings, Authenticator, TokenStore};
 use quiver_cache::{CacheConfig, QueryService};
 use quiver_flight::QuiverFlightSql;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
@@ -32,7 +33,9 @@ async fn start(dir: &std::path::Path, lines: &str) -> FlightSqlServiceClient<Cha
     store.persist_now().unwrap();
     let engine = Arc::new(QueryEngine::new(store.clone(), QueryOptions::default()).unwrap());
     let queries = QueryService::new(engine, CacheConfig::for_tests());
-    let service = FlightServiceServer::new(QuiverFlightSql::new(store, queries, 1 << 20));
+    let tokens = Arc::new(TokenStore::open(dir).unwrap());
+    let auth = Arc::new(Authenticator::new(AuthSettings::default(), tokens));
+    let service = FlightServiceServer::new(QuiverFlightSql::new(store, queries, auth, 1 << 20));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::Json;
+use axum::{Extension, Json};
+use quiver_auth::Caller;
 use quiver_storage::{Database, RetentionPeriod, StorageError, Store};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -94,6 +95,7 @@ async fn change_database(
 /// Lists the databases with their retention periods and table counts.
 pub async fn list_databases(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &["format"])?;
@@ -103,9 +105,11 @@ pub async fn list_databases(
         )));
     }
     let store = &state.store;
+    let visible = caller.visible_databases();
     let databases = store
         .database_names()
         .iter()
+        .filter(|name| visible.shows(name))
         .filter_map(|name| store.database(name))
         .map(|db| describe(&db))
         .collect();

@@ -73,6 +73,9 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+        ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+        ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         // a query over its memory or value limit fails again if retried: not a 503
         ErrorKind::LimitExceeded | ErrorKind::ResourcesExhausted => {
             StatusCode::UNPROCESSABLE_ENTITY
@@ -97,6 +100,12 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"quiver\""),
+            );
+        }
         response
     }
 }
@@ -116,6 +125,23 @@ impl From<std::sync::Arc<QueryError>> for ApiError {
 impl From<&QueryError> for ApiError {
     fn from(e: &QueryError) -> Self {
         ApiError::classified(e)
+    }
+}
+
+impl From<quiver_auth::AuthError> for ApiError {
+    fn from(e: quiver_auth::AuthError) -> Self {
+        let mut error = ApiError::classified(&e);
+        if let Some(wait) = e.retry_after() {
+            error.retry_after =
+                Some(u32::try_from(quiver_auth::retry_secs(wait)).unwrap_or(u32::MAX));
+        }
+        error
+    }
+}
+
+impl From<quiver_auth::TokenError> for ApiError {
+    fn from(e: quiver_auth::TokenError) -> Self {
+        ApiError::classified(&e)
     }
 }
 

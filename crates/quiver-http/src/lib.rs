@@ -4,12 +4,14 @@
 //! it to the store or the result cache, and maps their errors to statuses by kind
 //! ([`status_of`]); it knows nothing of the other protocols.
 
+mod auth;
 mod blocking;
 mod body;
 mod cache;
 mod configure;
 mod error;
 pub mod format;
+pub mod metrics;
 mod params;
 mod queries;
 mod query;
@@ -23,7 +25,9 @@ use std::sync::Arc;
 use axum::http::{header, HeaderName, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::{middleware, Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use quiver_auth::Authenticator;
 use quiver_cache::QueryService;
 use quiver_model::RequestLimits;
 use quiver_storage::Store;
@@ -32,6 +36,8 @@ pub use error::{status_of, ApiError};
 
 /// What every handler shares.
 pub struct AppState {
+    /// Who requests act for: tokens, the auth mode, rate limits.
+    pub auth: Arc<Authenticator>,
     /// All databases.
     pub store: Arc<Store>,
     /// The SQL engine over `store`, behind the result cache.
@@ -39,13 +45,37 @@ pub struct AppState {
     /// Largest request body (compressed or not) and most line errors listed in one write
     /// response.
     pub limits: RequestLimits,
+    /// Renders `/metrics` (`None`: no recorder is installed in this process).
+    pub metrics: Option<PrometheusHandle>,
 }
 
-/// The server's routes.
+/// The server's routes. Serve them with
+/// [`Router::into_make_service_with_connect_info`]`::<SocketAddr>` (the `auth` mode needs
+/// the client's address: without it every client counts as remote).
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let public = Router::new()
         .route("/health", get(health))
-        .route("/ping", get(ping).head(ping))
+        .route("/ping", get(ping).head(ping));
+    let admin = Router::new()
+        .route("/api/v3/persist", post(storage::persist))
+        .route("/api/v3/compact", post(storage::compact))
+        .route("/api/v3/storage", get(storage::stats))
+        .route("/api/v3/cache", get(cache::stats).delete(cache::clear))
+        .route(
+            "/api/v3/configure/database",
+            post(configure::create_database)
+                .put(configure::update_database)
+                .delete(configure::delete_database),
+        )
+        .route("/api/v3/configure/table", delete(configure::delete_table))
+        .route(
+            "/api/v3/configure/token",
+            get(auth::list_tokens)
+                .post(auth::create_token)
+                .delete(auth::revoke_token),
+        )
+        .route_layer(middleware::from_fn(auth::require_admin));
+    let callers = Router::new()
         .route("/api/v3/write_lp", post(write::write_v3))
         .route("/api/v2/write", post(write::write_v2))
         .route("/write", post(write::write_v1))
@@ -55,21 +85,19 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/v3/query_sql",
             get(query::query_get).post(query::query_post),
         )
+        .route("/metrics", get(metrics::scrape))
         .route("/api/v3/queries", get(queries::list))
         .route("/api/v3/queries/{id}", delete(queries::kill))
-        .route("/api/v3/persist", post(storage::persist))
-        .route("/api/v3/compact", post(storage::compact))
-        .route("/api/v3/storage", get(storage::stats))
-        .route("/api/v3/cache", get(cache::stats).delete(cache::clear))
-        .route(
-            "/api/v3/configure/database",
-            get(configure::list_databases)
-                .post(configure::create_database)
-                .put(configure::update_database)
-                .delete(configure::delete_database),
-        )
-        .route("/api/v3/configure/table", delete(configure::delete_table))
+        .route("/api/v3/configure/database", get(configure::list_databases))
+        .merge(admin)
         .fallback(not_found)
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ));
+    public
+        .merge(callers)
+        .layer(middleware::from_fn(metrics::observe))
         .with_state(state)
 }
 

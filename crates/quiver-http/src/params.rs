@@ -15,12 +15,18 @@ pub(crate) fn required(params: &HashMap<String, String>, name: &str) -> Result<S
     }
 }
 
-/// 400 naming the first parameter that is not one of `known`.
+/// Parameters every endpoint accepts: InfluxDB 1's credentials (`u`, `p`), read when the
+/// request is authenticated.
+const CREDENTIAL_PARAMS: [&str; 2] = ["u", "p"];
+
+/// 400 naming the first parameter that is not one of `known` (or a credential).
 pub(crate) fn check_params(
     params: &HashMap<String, String>,
     known: &[&str],
 ) -> Result<(), ApiError> {
-    match params.keys().find(|k| !known.contains(&k.as_str())) {
+    let unknown =
+        |k: &&String| !known.contains(&k.as_str()) && !CREDENTIAL_PARAMS.contains(&k.as_str());
+    match params.keys().find(unknown) {
         Some(unknown) => Err(ApiError::bad_request(format!(
             "unknown parameter {unknown:?}: this endpoint takes {}",
             known.join(", ")

@@ -4,8 +4,8 @@
 //!
 //! Every query goes through the result cache; the response says `X-Quiver-Cache: HIT`, `MISS`
 //! or `BYPASS`. `Cache-Control: no-cache` (or `no-store`) runs the query afresh and stores
-//! nothing. Answers are cached per caller: the access scope is the presented credential
-//! (`Authorization` header), so callers with different credentials never share an entry.
+//! nothing. Answers are cached per access scope (the caller's grants): a caller is answered
+//! only if it may read every table the statement reads, before the cache is consulted.
 //!
 //! A cached answer is served as the ready bytes of the requested format (encoded once, on the
 //! first request in that format). An uncached answer streams batch by batch as it is
@@ -24,11 +24,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
+use quiver_auth::Caller;
 use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest};
-use quiver_model::AccessScope;
 use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
@@ -56,6 +57,7 @@ pub struct QueryBody {
 /// `GET /api/v3/query_sql?db=&q=&format=&params=`
 pub async fn query_get(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -69,12 +71,13 @@ pub async fn query_get(
             .transpose()?,
         timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
     };
-    run(app, request, &headers).await
+    run(app, &caller, request, &headers).await
 }
 
 /// `POST /api/v3/query_sql` with a JSON body `{"db": ..., "q": ..., "format": ..., "params": ...}`.
 pub async fn query_post(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -101,11 +104,12 @@ pub async fn query_post(
             .map(|p| params_from_text(p))
             .transpose()?;
     }
-    run(app, request, &headers).await
+    run(app, &caller, request, &headers).await
 }
 
 async fn run(
     app: Arc<AppState>,
+    caller: &Caller,
     request: QueryBody,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -129,12 +133,13 @@ async fn run(
         database: db,
         sql,
         params: query_params(request.params)?,
-        scope: access_scope(headers),
+        scope: caller.scope().clone(),
         no_cache: asks_no_cache(headers),
         control: QueryControl {
             protocol: Protocol::Http,
             timeout: timeout(request.timeout_secs)?,
             timeout_setting: "timeout_secs",
+            grants: caller.read_grants(),
         },
     };
     let answer = app.queries.query(&query).await?;
@@ -319,15 +324,6 @@ async fn encode_off_the_workers(
             format!("cannot encode the result as {format:?}: {e}"),
         )
     })
-}
-
-/// Who is asking. Until tokens exist, the presented credential itself is the scope, so callers
-/// presenting different credentials never share cached answers.
-fn access_scope(headers: &HeaderMap) -> AccessScope {
-    match headers.get(header::AUTHORIZATION) {
-        Some(value) => AccessScope::credential(value.as_bytes()),
-        None => AccessScope::Anonymous,
-    }
 }
 
 /// True if `Cache-Control` says `no-cache` or `no-store`.

@@ -12,11 +12,14 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use quiver_auth::Caller;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions, Precision};
 use quiver_model::schema::{DecodedTable, NoExistingTables};
 use quiver_storage::Durability;
 use serde_json::json;
 
+use super::auth::{admit_write_bytes, require_write};
 use super::blocking::off_the_workers;
 use super::body::{decode_content, read_raw_body};
 use super::error::ApiError;
@@ -26,6 +29,7 @@ use super::AppState;
 /// `POST /api/v3/write_lp?db=&precision=&accept_partial=&no_sync=`
 pub async fn write_v3(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -36,12 +40,13 @@ pub async fn write_v3(
         accept_partial: boolean(&params, "accept_partial", true)?,
         durability: durability(&params)?,
     };
-    write(app, request, &headers, body).await
+    write(app, &caller, request, &headers, body).await
 }
 
 /// `POST /api/v2/write?bucket=&org=&precision=`
 pub async fn write_v2(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -52,12 +57,13 @@ pub async fn write_v2(
         accept_partial: false,
         durability: Durability::Sync,
     };
-    write(app, request, &headers, body).await
+    write(app, &caller, request, &headers, body).await
 }
 
 /// `POST /write?db=&precision=` (InfluxDB v1)
 pub async fn write_v1(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -68,7 +74,7 @@ pub async fn write_v1(
         accept_partial: false,
         durability: Durability::Sync,
     };
-    write(app, request, &headers, body).await
+    write(app, &caller, request, &headers, body).await
 }
 
 struct WriteRequest {
@@ -134,12 +140,15 @@ pub(super) fn now_ns() -> i64 {
 
 async fn write(
     app: Arc<AppState>,
+    caller: &Caller,
     request: WriteRequest,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     quiver_storage::validate_database_name(&request.database)?;
+    require_write(caller, &request.database)?;
     let raw = read_raw_body(headers, body, app.limits.max_request_bytes).await?;
+    admit_write_bytes(&app, caller, raw.len())?;
     let options = DecodeOptions {
         precision: request.precision,
         default_time_ns: now_ns(),

@@ -17,9 +17,12 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use axum::Extension;
+use quiver_auth::Caller;
 use quiver_ingest::arrow_ipc::decode_ipc_stream;
 use quiver_model::schema::DecodedTable;
 
+use super::auth::{admit_write_bytes, require_write};
 use super::blocking::off_the_workers;
 use super::body::read_body;
 use super::error::ApiError;
@@ -30,6 +33,7 @@ use super::AppState;
 /// `POST /api/v3/write_arrow?db=&table=&no_sync=`
 pub async fn write_arrow(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -39,6 +43,7 @@ pub async fn write_arrow(
     let durability = durability(&params)?;
     quiver_storage::validate_database_name(&database)?;
     quiver_storage::validate_table_name(&table)?;
+    require_write(&caller, &database)?;
     if let Some(content_type) = headers.get(axum::http::header::CONTENT_TYPE) {
         let content_type = content_type.to_str().unwrap_or_default();
         if !content_type.starts_with("application/vnd.apache.arrow.stream")
@@ -54,6 +59,7 @@ pub async fn write_arrow(
         }
     }
     let bytes = read_body(&headers, body, app.limits.max_request_bytes).await?;
+    admit_write_bytes(&app, &caller, bytes.len())?;
     let max_bytes = app.limits.max_request_bytes;
     let tables =
         off_the_workers("decoding", move || decode_stream(&table, bytes, max_bytes)).await?;

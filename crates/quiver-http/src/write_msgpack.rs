@@ -17,12 +17,15 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::Response;
+use axum::Extension;
+use quiver_auth::Caller;
 use quiver_ingest::msgpack::{MsgpackError, MsgpackOptions, MsgpackStream};
 use quiver_model::schema::DecodedTable;
 use quiver_model::schema::NoExistingTables;
 use quiver_storage::Store;
 use serde_json::json;
 
+use super::auth::{admit_write_bytes, require_write};
 use super::body::{stream_body, BodyStream};
 use super::error::ApiError;
 use super::write::{durability, now_ns, write_all_or_nothing};
@@ -34,6 +37,7 @@ const DATABASE_HEADER: HeaderName = HeaderName::from_static("x-arc-database");
 /// `POST /api/v1/write/msgpack` (`x-arc-database: <db>`; `?no_sync=true`)
 pub async fn write_msgpack(
     State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -51,6 +55,7 @@ pub async fn write_msgpack(
         database
     };
     quiver_storage::validate_database_name(&database)?;
+    require_write(&caller, &database)?;
     let durability = durability(&params)?;
     let options = MsgpackOptions {
         default_time_ns: now_ns(),
@@ -61,7 +66,19 @@ pub async fn write_msgpack(
         decode_stream(body, &options, &store, &db)
     })
     .await?;
+    // the body was decoded as it streamed in: its size is what it decoded to (or what the
+    // client declared, if larger)
+    let decoded: usize = tables.iter().map(|t| t.batch.get_array_memory_size()).sum();
+    admit_write_bytes(&app, &caller, decoded.max(declared_length(&headers)))?;
     write_all_or_nothing(&app, &database, tables, durability).await
+}
+
+/// The body's `Content-Length`, or 0.
+fn declared_length(headers: &HeaderMap) -> usize {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// How many bytes the decoder asks the body for at a time.

@@ -1,8 +1,10 @@
 //! The HTTP API served in-process on a real socket and driven by a real HTTP client: writes,
 //! persistence, queries and errors by kind, without the `quiver` binary.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use quiver_auth::{AuthSettings, Authenticator, TokenStore};
 use quiver_cache::{CacheConfig, QueryService};
 use quiver_http::AppState;
 use quiver_model::RequestLimits;
@@ -16,17 +18,21 @@ const MAX_REQUEST_BYTES: usize = 64 << 10;
 async fn start(dir: &std::path::Path) -> String {
     let (store, _) = Store::open(StoreLimits::default(), StoreOptions::for_tests(dir)).unwrap();
     let engine = Arc::new(QueryEngine::new(store.clone(), QueryOptions::default()).unwrap());
+    let tokens = Arc::new(TokenStore::open(dir).unwrap());
     let state = Arc::new(AppState {
+        auth: Arc::new(Authenticator::new(AuthSettings::default(), tokens)),
         store,
         queries: QueryService::new(engine, CacheConfig::for_tests()),
         limits: RequestLimits {
             max_request_bytes: MAX_REQUEST_BYTES,
             max_reported_line_errors: 10,
         },
+        metrics: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, quiver_http::router(state)).await });
+    let app = quiver_http::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
 

@@ -14,8 +14,16 @@ pub enum ErrorKind {
     NotFound,
     /// The request is larger than a configured bound on one request allows.
     TooLarge,
-    /// The request would create something that exists already (a database).
+    /// The request would create something that exists already (a database, a token).
     Conflict,
+    /// The request carries no valid credential: none where one is required, an unknown or
+    /// revoked token, a malformed `Authorization`.
+    Unauthenticated,
+    /// The credential is valid but does not grant what the request does.
+    PermissionDenied,
+    /// The caller sent more than its rate limit allows (requests or written bytes per
+    /// second, or failed authentications); the same request succeeds after a pause.
+    RateLimited,
     /// The request would grow what the server holds past a configured limit (databases,
     /// tables, columns).
     LimitExceeded,

@@ -15,5 +15,5 @@ mod scope;
 pub mod settings;
 
 pub use error::{Classify, ErrorKind};
-pub use scope::AccessScope;
+pub use scope::{AccessScope, Denied, ReadGrants, VisibleDatabases};
 pub use settings::RequestLimits;

@@ -1,69 +1,103 @@
-//! Who a request acts for, in one shape for every protocol: [`AccessScope`]. The result cache
-//! keys answers by it, so callers in different scopes never share a cached answer; the
-//! security layer will attach each scope's permissions to it.
+//! Who a request acts for, in one shape for every protocol: [`AccessScope`] (the result cache
+//! keeps answers per scope), [`VisibleDatabases`] (what the catalog shows the caller) and
+//! [`ReadGrants`] (what the layers below the protocols ask before answering).
 
-use sha2::{Digest, Sha256};
+use crate::ErrorKind;
 
-/// The identity a request runs under, as far as caching (and, later, permissions) care.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The grants a request acts under, as the result cache keys answers by them: two callers
+/// share cached answers exactly when they hold the same grants.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub enum AccessScope {
-    /// No credential was presented.
+    /// Allowed everything: an admin token, or the local caller of the `loopback` and
+    /// `disabled` auth modes.
     #[default]
-    Anonymous,
-    /// A user named by the client (the PostgreSQL start-up user, the Flight SQL handshake
-    /// user).
-    User(String),
-    /// A credential the protocol does not interpret (an HTTP `Authorization` header), kept only
-    /// as its SHA-256 digest salted with a random per-process key: two callers share a scope
-    /// exactly when they presented the same credential; the secret is never held, and the
-    /// digest is never printed (unsalted, a printed digest of a weak password could be
-    /// checked against guesses offline).
-    Credential([u8; 32]),
+    Everything,
+    /// A scoped token's permissions in one canonical text (sorted, without duplicates).
+    Grants(String),
 }
 
 impl AccessScope {
-    /// The scope of a user name.
-    pub fn user(name: impl Into<String>) -> AccessScope {
-        AccessScope::User(name.into())
-    }
-
-    /// The scope of an opaque credential (kept as its salted digest).
-    pub fn credential(secret: &[u8]) -> AccessScope {
-        let digest = Sha256::new()
-            .chain_update(process_salt())
-            .chain_update(secret)
-            .finalize();
-        AccessScope::Credential(digest.into())
+    /// The scope of a canonical permission list.
+    pub fn grants(canonical: impl Into<String>) -> AccessScope {
+        AccessScope::Grants(canonical.into())
     }
 
     /// Approximate bytes the scope occupies (for cache accounting).
     pub fn size(&self) -> usize {
         std::mem::size_of::<AccessScope>()
             + match self {
-                AccessScope::User(name) => name.len(),
-                AccessScope::Anonymous | AccessScope::Credential(_) => 0,
+                AccessScope::Grants(grants) => grants.len(),
+                AccessScope::Everything => 0,
             }
     }
-}
-
-/// 16 random bytes from the operating system, chosen once per process, so credential
-/// digests differ from one run to the next.
-fn process_salt() -> &'static [u8; 16] {
-    static SALT: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
-    SALT.get_or_init(|| {
-        let mut salt = [0u8; 16];
-        getrandom::fill(&mut salt).expect("the operating system provides random bytes");
-        salt
-    })
 }
 
 impl std::fmt::Debug for AccessScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AccessScope::Anonymous => f.write_str("anonymous"),
-            AccessScope::User(name) => write!(f, "user:{name}"),
-            AccessScope::Credential(_) => f.write_str("credential"),
+            AccessScope::Everything => f.write_str("everything"),
+            AccessScope::Grants(grants) => write!(f, "grants:{grants}"),
         }
+    }
+}
+
+/// The databases a caller sees in the catalog (`information_schema`, `SHOW TABLES`,
+/// `pg_catalog`): all of them, or only those it may read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum VisibleDatabases {
+    /// Every database.
+    #[default]
+    All,
+    /// Only these.
+    Only(Arc<BTreeSet<String>>),
+}
+
+impl VisibleDatabases {
+    /// True if `database` is shown.
+    pub fn shows(&self, database: &str) -> bool {
+        match self {
+            VisibleDatabases::All => true,
+            VisibleDatabases::Only(names) => names.contains(database),
+        }
+    }
+}
+
+/// What a caller may read, as the query layers check it before answering (from the cache or
+/// not): implemented by the authenticated caller.
+pub trait ReadGrants: Send + Sync + std::fmt::Debug {
+    /// Fails if the caller may not read `database`; the error names what is missing.
+    fn check_read(&self, database: &str) -> Result<(), Denied>;
+
+    /// The caller's name, as the list of running queries shows it.
+    fn caller_name(&self) -> &str;
+
+    /// The databases the catalog shows the caller.
+    fn visible_databases(&self) -> VisibleDatabases;
+}
+
+/// A refusal: its kind (unauthenticated, permission denied) and what to tell the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    /// Which kind of failure.
+    pub kind: ErrorKind,
+    /// The message for the caller.
+    pub message: String,
+}
+
+impl std::fmt::Display for Denied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Denied {}
+
+impl crate::Classify for Denied {
+    fn kind(&self) -> ErrorKind {
+        self.kind
     }
 }
 
@@ -72,25 +106,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn credentials_are_equal_only_when_the_secret_is() {
-        let a = AccessScope::credential(b"Bearer one");
-        assert_eq!(a, AccessScope::credential(b"Bearer one"));
-        assert_ne!(a, AccessScope::credential(b"Bearer two"));
-        assert_ne!(AccessScope::user("a"), AccessScope::user("b"));
-        assert_ne!(AccessScope::user(""), AccessScope::Anonymous);
+    fn scopes_are_equal_only_for_equal_grants() {
+        assert_eq!(
+            AccessScope::grants("db:a:read"),
+            AccessScope::grants("db:a:read")
+        );
+        assert_ne!(
+            AccessScope::grants("db:a:read"),
+            AccessScope::grants("db:b:read")
+        );
+        assert_ne!(AccessScope::grants(""), AccessScope::Everything);
     }
 
     #[test]
-    fn debug_never_shows_the_secret() {
-        let shown = format!("{:?}", AccessScope::credential(b"Bearer hunter2"));
-        assert_eq!(
-            shown, "credential",
-            "neither the secret nor its digest is shown"
-        );
-        let AccessScope::Credential(digest) = AccessScope::credential(b"Bearer hunter2") else {
-            unreachable!()
-        };
-        let unsalted: [u8; 32] = Sha256::digest(b"Bearer hunter2").into();
-        assert_ne!(digest, unsalted, "the digest is salted");
+    fn visibility_filters_by_name() {
+        let only = VisibleDatabases::Only(Arc::new(["a".to_string()].into_iter().collect()));
+        assert!(only.shows("a") && !only.shows("b"));
+        assert!(VisibleDatabases::All.shows("b"));
     }
 }

@@ -4,10 +4,12 @@
 //! `datafusion-pg-catalog`, installed in every database's SQL session.
 //!
 //! Quiver's databases are the namespaces (`nspname`), and a session's database is its
-//! `current_schema()` and `search_path`. One `pg_catalog` is shared by all sessions, so object
-//! ids (`oid`) agree between queries and the static tables (`pg_type`, `pg_proc`, ...) are
-//! held once.
+//! `current_schema()` and `search_path`. A token sees only the databases it may read: one
+//! `pg_catalog` is shared by all sessions that see the same databases, so object ids (`oid`)
+//! agree between their queries, and the static tables (`pg_type`, `pg_proc`, ...) are held
+//! once for all.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -29,6 +31,8 @@ use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{
     create_current_database_udf, setup_pg_catalog, PgCatalogSchemaProvider, PgCatalogStaticTables,
 };
+use parking_lot::Mutex;
+use quiver_model::VisibleDatabases;
 use quiver_query::{QuiverCatalog, SessionSetup, CATALOG_NAME};
 use quiver_storage::Store;
 
@@ -36,7 +40,10 @@ use super::settings::{SERVER_VERSION, SERVER_VERSION_NUM};
 
 /// Installs `pg_catalog` and the PostgreSQL functions into each database's session.
 pub struct PostgresCatalog {
-    pg_catalog: Arc<dyn SchemaProvider>,
+    store: Arc<Store>,
+    static_tables: Arc<PgCatalogStaticTables>,
+    /// One `pg_catalog` per set of visible databases.
+    pg_catalogs: Mutex<HashMap<VisibleDatabases, Arc<dyn SchemaProvider>>>,
 }
 
 impl std::fmt::Debug for PostgresCatalog {
@@ -48,30 +55,51 @@ impl std::fmt::Debug for PostgresCatalog {
 impl PostgresCatalog {
     /// The catalog over `store`'s databases and tables (read live).
     pub fn new(store: Arc<Store>) -> Result<Self> {
+        Ok(PostgresCatalog {
+            store,
+            static_tables: Arc::new(PgCatalogStaticTables::try_new()?),
+            pg_catalogs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The `pg_catalog` of callers who see the `visible` databases.
+    fn pg_catalog(&self, visible: &VisibleDatabases) -> Result<Arc<dyn SchemaProvider>> {
+        let mut pg_catalogs = self.pg_catalogs.lock();
+        if let Some(pg_catalog) = pg_catalogs.get(visible) {
+            return Ok(pg_catalog.clone());
+        }
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         catalogs.register_catalog(
             CATALOG_NAME.to_string(),
-            Arc::new(QuiverCatalog::new(store)),
+            Arc::new(QuiverCatalog::new(self.store.clone(), visible.clone())),
         );
         let catalogs: Arc<dyn CatalogProviderList> = catalogs;
-        let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
-        let pg_catalog =
-            PgCatalogSchemaProvider::try_new(catalogs, static_tables, EmptyContextProvider)?;
-        Ok(PostgresCatalog {
-            pg_catalog: Arc::new(WithSystemNamespaces(Arc::new(pg_catalog))),
-        })
+        let pg_catalog = PgCatalogSchemaProvider::try_new(
+            catalogs,
+            self.static_tables.clone(),
+            EmptyContextProvider,
+        )?;
+        let pg_catalog: Arc<dyn SchemaProvider> =
+            Arc::new(WithSystemNamespaces(Arc::new(pg_catalog)));
+        pg_catalogs.insert(visible.clone(), pg_catalog.clone());
+        Ok(pg_catalog)
     }
 }
 
 impl SessionSetup for PostgresCatalog {
-    fn setup(&self, ctx: &SessionContext, database: &str) -> Result<()> {
+    fn setup(
+        &self,
+        ctx: &SessionContext,
+        database: &str,
+        visible: &VisibleDatabases,
+    ) -> Result<()> {
         // The crate's functions, type names (`regclass`, ...) and table functions ...
         setup_pg_catalog(ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
         // ... with the shared catalog instead of the per-session one it builds,
         let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
             DataFusionError::Internal(format!("session has no {CATALOG_NAME} catalog"))
         })?;
-        catalog.register_schema("pg_catalog", self.pg_catalog.clone())?;
+        catalog.register_schema("pg_catalog", self.pg_catalog(visible)?)?;
         // ... and the functions whose answer depends on the database, or on Quiver.
         for udf in database_functions(database) {
             ctx.register_udf(udf);

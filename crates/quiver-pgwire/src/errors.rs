@@ -54,6 +54,38 @@ pub(super) mod sqlstate {
     pub const INSUFFICIENT_RESOURCES: &str = "53000";
     /// A failure that is not the client's fault.
     pub const INTERNAL_ERROR: &str = "XX000";
+    /// No valid credentials (a revoked token, none where one is needed).
+    pub const INVALID_AUTHORIZATION: &str = "28000";
+    /// A wrong password (token secret).
+    pub const INVALID_PASSWORD: &str = "28P01";
+    /// The token does not grant what the statement does.
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    /// Over a rate limit (requests per second, failed logins).
+    pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
+}
+
+/// The SQLSTATE of an access failure of `kind`.
+fn access_code(kind: quiver_model::ErrorKind) -> &'static str {
+    match kind {
+        quiver_model::ErrorKind::PermissionDenied => sqlstate::INSUFFICIENT_PRIVILEGE,
+        quiver_model::ErrorKind::RateLimited => sqlstate::CONFIGURATION_LIMIT_EXCEEDED,
+        _ => sqlstate::INVALID_AUTHORIZATION,
+    }
+}
+
+/// An access failure of a statement: `ERROR` for a missing permission or a rate limit, `FATAL`
+/// (the session ends) when the session's token is no longer valid.
+pub(super) fn auth_error(e: &quiver_auth::AuthError) -> PgWireError {
+    let code = access_code(e.kind());
+    if code == sqlstate::INVALID_AUTHORIZATION {
+        return fatal(code, e.to_string());
+    }
+    error(code, e.to_string())
+}
+
+/// An access failure at login: always `FATAL`.
+pub(super) fn auth_fatal(e: &quiver_auth::AuthError) -> PgWireError {
+    fatal(access_code(e.kind()), e.to_string())
 }
 
 /// An `ERROR`-severity response with `code` and `message`.
@@ -85,6 +117,7 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::Stopped(StopReason::ServerMemory { .. }) => sqlstate::OUT_OF_MEMORY,
         QueryError::Stopped(_) => sqlstate::QUERY_CANCELED,
         QueryError::Busy { .. } => sqlstate::INSUFFICIENT_RESOURCES,
+        QueryError::Denied(denied) => access_code(denied.kind),
         QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
     };
     if e.kind().is_server_fault() {

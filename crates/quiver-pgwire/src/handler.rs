@@ -5,7 +5,7 @@
 //! SQL is parsed with `datafusion-pg-catalog`'s PostgreSQL compatibility parser (which rewrites
 //! the catalog queries of psql, JDBC, DBeaver and Grafana into ones DataFusion can run), then
 //! classified: session commands are answered here, queries go through the result cache exactly
-//! as HTTP and Flight SQL queries do (same keys; the scope is the user name). Results are Arrow
+//! as HTTP and Flight SQL queries do (same keys; the scope is the session token's grants). Results are Arrow
 //! batches encoded row by row by `arrow-pg`, with the Postgres types of the data model
 //! (`UInt64` as `numeric`, tags as `text`, `time` as `timestamptz`).
 //!
@@ -14,6 +14,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, TimestampNanosecondArray};
 use arrow::compute::cast;
@@ -37,16 +38,16 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
+use quiver_auth::{Authenticator, Caller};
 use quiver_cache::{AnswerBody, CachedAnswer, QueryService, Run};
-use quiver_model::AccessScope;
 use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
 use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};
-use super::errors::{error, query_error, sqlstate};
+use super::errors::{auth_error, error, fatal, query_error, sqlstate};
 use super::kept_rows::{kept_rows, RowEncoding, RowRecorder};
-use super::settings::{database_of, user_of, SessionSettings};
+use super::settings::{database_of, SessionSettings};
 use super::statement::{classify, Command};
 
 /// A statement as Parse stores it (extended protocol).
@@ -125,6 +126,13 @@ impl QueryParser for StatementParser {
         let prepared = match classify(statement)? {
             Command::Query(statement) => {
                 let analysis = self.analyze(&database_of(client), *statement)?;
+                // describing a statement shows its tables' columns: only to who may read them
+                session_caller(client)?
+                    .require_read_all(
+                        std::iter::once(analysis.database.as_str())
+                            .chain(analysis.tables.iter().map(|t| t.database.as_str())),
+                    )
+                    .map_err(|e| auth_error(&e))?;
                 let description = self
                     .queries
                     .engine()
@@ -206,20 +214,22 @@ fn positional_parameters(
 /// Everything a statement needs from its connection.
 struct Session {
     database: String,
-    scope: AccessScope,
+    caller: Caller,
     cancel: Option<Arc<Registration>>,
     settings: Arc<SessionSettings>,
 }
 
 impl Session {
-    fn of<C: ClientInfo + ?Sized>(client: &C) -> Session {
+    /// The session of `client`, if its token is still valid.
+    fn of<C: ClientInfo + ?Sized>(client: &C) -> PgWireResult<Session> {
         let extensions = client.session_extensions();
-        Session {
+        let caller = session_caller(client)?;
+        Ok(Session {
             database: database_of(client),
-            scope: AccessScope::user(user_of(client)),
+            caller,
             cancel: extensions.get::<Registration>(),
             settings: extensions.get_or_insert_with(SessionSettings::default),
-        }
+        })
     }
 
     /// The cancel signal for a statement starting now.
@@ -228,17 +238,31 @@ impl Session {
     }
 }
 
+/// The caller `client` authenticated as at startup, if its token is still valid.
+fn session_caller<C: ClientInfo + ?Sized>(client: &C) -> PgWireResult<Caller> {
+    let caller = client.session_extensions().get::<Caller>().ok_or_else(|| {
+        fatal(
+            sqlstate::INVALID_AUTHORIZATION,
+            "the session is not authenticated",
+        )
+    })?;
+    caller.require_active().map_err(|e| auth_error(&e))?;
+    Ok(caller.as_ref().clone())
+}
+
 /// Answers both protocols.
 pub(super) struct PgHandler {
     queries: Arc<QueryService>,
+    auth: Arc<Authenticator>,
     parser: Arc<StatementParser>,
 }
 
 impl PgHandler {
-    pub(super) fn new(queries: Arc<QueryService>) -> Self {
+    pub(super) fn new(queries: Arc<QueryService>, auth: Arc<Authenticator>) -> Self {
         PgHandler {
             parser: Arc::new(StatementParser::new(queries.clone())),
             queries,
+            auth,
         }
     }
 
@@ -262,7 +286,10 @@ impl PgHandler {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        let session = Session::of(client);
+        let session = Session::of(client)?;
+        self.auth
+            .admit_request(&session.caller)
+            .map_err(|e| auth_error(&e))?;
         Ok(match command {
             Command::Query(statement) => {
                 let analysis = Arc::new(self.parser.analyze(&session.database, *statement)?);
@@ -329,9 +356,10 @@ impl PgHandler {
             protocol: Protocol::Postgres,
             timeout: session.settings.statement_timeout(),
             timeout_setting: "statement_timeout",
+            grants: session.caller.read_grants(),
         };
         let how = Run {
-            scope: &session.scope,
+            scope: session.caller.scope(),
             no_cache: false,
             control: &control,
         };
@@ -669,6 +697,22 @@ impl SimpleQueryHandler for PgHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let started = Instant::now();
+        let answered = self.simple_query(client, sql).await;
+        observe("simple", started, answered.is_ok());
+        answered
+    }
+}
+
+impl PgHandler {
+    /// The simple query protocol: every statement of `sql` in turn.
+    async fn simple_query<C>(&self, client: &mut C, sql: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         let statements = self.parser.parse(sql)?;
         if statements.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
@@ -744,19 +788,37 @@ impl ExtendedQueryHandler for PgHandler {
                          transaction block",
                     ));
                 }
-                let params = bind_parameters(portal, query)?;
-                let session = Session::of(client);
-                self.run_query(
-                    &session,
-                    query.analysis.clone(),
-                    &params,
-                    &portal.result_column_format,
-                    Some(&query.schema),
-                )
-                .await
+                let started = Instant::now();
+                let answered = async {
+                    let params = bind_parameters(portal, query)?;
+                    let session = Session::of(client)?;
+                    self.auth
+                        .admit_request(&session.caller)
+                        .map_err(|e| auth_error(&e))?;
+                    self.run_query(
+                        &session,
+                        query.analysis.clone(),
+                        &params,
+                        &portal.result_column_format,
+                        Some(&query.schema),
+                    )
+                    .await
+                }
+                .await;
+                observe("extended", started, answered.is_ok());
+                answered
             }
         }
     }
+}
+
+/// Counts a statement of the `endpoint` protocol and its time to an answer.
+fn observe(endpoint: &'static str, started: Instant, ok: bool) {
+    let status = if ok { "ok" } else { "error" };
+    metrics::counter!("quiver_requests_total", "protocol" => "postgres", "endpoint" => endpoint, "status" => status)
+        .increment(1);
+    metrics::histogram!("quiver_request_duration_seconds", "protocol" => "postgres", "endpoint" => endpoint)
+        .record(started.elapsed().as_secs_f64());
 }
 
 #[cfg(test)]

@@ -2,8 +2,11 @@
 //! what `psql`, psycopg,
 //! pgjdbc (DBeaver), Grafana's PostgreSQL data source and every language's Postgres driver speak.
 //!
-//! - The database is the connection's `dbname` (it must exist: `3D000` otherwise); any user is
-//!   admitted without a password until tokens exist, and the user name is the result-cache scope.
+//! - Authentication ([`startup`]): the user is a token's name and the password its secret,
+//!   checked with SCRAM-SHA-256; loopback clients log in without one where the `auth` mode
+//!   allows. Every statement checks that the session's token is still valid, may read what
+//!   the statement reads (`42501` otherwise) and is within its rate limit (`53400`).
+//! - The database is the connection's `dbname` (it must exist: `3D000` otherwise).
 //! - Simple and extended query protocol, named statements and portals, text and binary
 //!   parameters and results, pipelining, cancel requests, `SET` / `SHOW` / `BEGIN` / `COMMIT`
 //!   for drivers (see [`statement`]); errors carry SQLSTATE codes ([`errors`]).
@@ -24,6 +27,7 @@ mod statement;
 
 use std::sync::Arc;
 
+use quiver_auth::Authenticator;
 use quiver_cache::QueryService;
 use quiver_storage::Store;
 use tokio::net::TcpListener;
@@ -43,12 +47,12 @@ pub struct PgServer {
 }
 
 impl PgServer {
-    /// A server answering from `queries` over `store`.
-    pub fn new(store: Arc<Store>, queries: Arc<QueryService>) -> Self {
+    /// A server answering from `queries` over `store`, to the callers `auth` admits.
+    pub fn new(store: Arc<Store>, queries: Arc<QueryService>, auth: Arc<Authenticator>) -> Self {
         let cancels = Arc::new(CancelRegistry::default());
         PgServer {
-            handler: Arc::new(PgHandler::new(queries)),
-            startup: Arc::new(Startup::new(store, cancels.clone())),
+            handler: Arc::new(PgHandler::new(queries, auth.clone())),
+            startup: Arc::new(Startup::new(store, auth, cancels.clone())),
             cancels,
         }
     }

@@ -1,9 +1,11 @@
 //! The PostgreSQL wire protocol served in-process on a real socket and driven by a real
 //! PostgreSQL client (tokio-postgres): queries over persisted data, parameters, and SQLSTATEs
-//! by kind, without the `quiver` binary.
+//! by kind, without the `quiver` binary. Every client logs in with SCRAM-SHA-256 as a token
+//! (`auth = required`).
 
 use std::sync::Arc;
 
+use quiver_auth::{AuthMode, AuthSettings, Authenticator, TokenStore};
 use quiver_cache::{CacheConfig, QueryService};
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
@@ -23,15 +25,25 @@ async fn start(dir: &std::path::Path, lines: &str) -> tokio_postgres::Client {
         .unwrap();
     store.persist_now().unwrap();
     let engine = Arc::new(QueryEngine::new(store.clone(), QueryOptions::default()).unwrap());
+    let tokens = Arc::new(TokenStore::open(dir).unwrap());
+    let secret = tokens
+        .create("test", false, &["db:m:read".parse().unwrap()])
+        .unwrap()
+        .secret;
+    let settings = AuthSettings {
+        auth: AuthMode::Required,
+        ..AuthSettings::default()
+    };
     let server = Arc::new(PgServer::new(
         store,
         QueryService::new(engine, CacheConfig::for_tests()),
+        Arc::new(Authenticator::new(settings, tokens)),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(server.serve(listener, std::future::pending()));
     let (client, connection) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={port} user=test dbname=m"),
+        &format!("host=127.0.0.1 port={port} user=test password={secret} dbname=m"),
         tokio_postgres::NoTls,
     )
     .await

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::{DataFusionError, Result};
 use parking_lot::RwLock;
+use quiver_model::VisibleDatabases;
 use quiver_storage::{ChunkCache, Database, Store, RESERVED_DATABASE_NAMES};
 
 use crate::provider::QuiverTable;
@@ -23,19 +24,22 @@ pub fn is_system_schema(name: &str) -> bool {
     RESERVED_DATABASE_NAMES.contains(&name)
 }
 
-/// The `quiver` catalog: lists the store's databases as SQL schemas, live. System schemas
+/// The `quiver` catalog: lists the store's databases as SQL schemas, live, as far as the
+/// caller may see them (a token sees only the databases it may read). System schemas
 /// registered with [`CatalogProvider::register_schema`] resolve by name but are not listed
 /// among the databases.
 pub struct QuiverCatalog {
     store: Arc<Store>,
+    visible: VisibleDatabases,
     system: RwLock<HashMap<String, Arc<dyn SchemaProvider>>>,
 }
 
 impl QuiverCatalog {
-    /// A catalog over `store`.
-    pub fn new(store: Arc<Store>) -> Self {
+    /// A catalog over the `visible` databases of `store`.
+    pub fn new(store: Arc<Store>, visible: VisibleDatabases) -> Self {
         QuiverCatalog {
             store,
+            visible,
             system: RwLock::new(HashMap::new()),
         }
     }
@@ -49,12 +53,17 @@ impl fmt::Debug for QuiverCatalog {
 
 impl CatalogProvider for QuiverCatalog {
     fn schema_names(&self) -> Vec<String> {
-        self.store.database_names()
+        let mut names = self.store.database_names();
+        names.retain(|name| self.visible.shows(name));
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         if let Some(system) = self.system.read().get(name) {
             return Some(system.clone());
+        }
+        if !self.visible.shows(name) {
+            return None;
         }
         self.store.database(name).map(|db| {
             Arc::new(DatabaseSchema {

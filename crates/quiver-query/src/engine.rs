@@ -21,7 +21,7 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use futures::StreamExt;
 use parking_lot::Mutex;
-use quiver_model::{Classify, ErrorKind};
+use quiver_model::{Classify, ErrorKind, VisibleDatabases};
 use quiver_storage::{StorageError, Store};
 use serde::{Deserialize, Serialize};
 
@@ -128,9 +128,15 @@ impl QueryOptions {
 /// functions and type names that a protocol's clients expect (the PostgreSQL catalog, say).
 /// Everything it adds is visible to every protocol's queries in that database.
 pub trait SessionSetup: Send + Sync + std::fmt::Debug {
-    /// Adds to `ctx`, the session whose default schema is `database`. The session's catalog
-    /// ([`CATALOG_NAME`]) accepts system schemas (see [`crate::is_system_schema`]).
-    fn setup(&self, ctx: &SessionContext, database: &str) -> Result<(), DataFusionError>;
+    /// Adds to `ctx`, the session whose default schema is `database`, for callers who see the
+    /// `visible` databases. The session's catalog ([`CATALOG_NAME`]) accepts system schemas
+    /// (see [`crate::is_system_schema`]).
+    fn setup(
+        &self,
+        ctx: &SessionContext,
+        database: &str,
+        visible: &VisibleDatabases,
+    ) -> Result<(), DataFusionError>;
 }
 
 /// Why a query failed; [`Classify::kind`] says whose fault it is.
@@ -170,6 +176,9 @@ pub enum QueryError {
         /// `max_queued_queries`.
         queued: usize,
     },
+    /// The caller may not read what the statement reads.
+    #[error("{0}")]
+    Denied(quiver_model::Denied),
     /// A failure that is not the caller's fault.
     #[error("internal error: {0}")]
     Internal(DataFusionError),
@@ -189,6 +198,7 @@ impl Classify for QueryError {
             QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
             QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
             QueryError::Busy { .. } => ErrorKind::Busy,
+            QueryError::Denied(denied) => denied.kind,
             QueryError::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -299,9 +309,10 @@ pub struct QueryEngine {
     store: Arc<Store>,
     options: QueryOptions,
     runtime: Arc<RuntimeEnv>,
-    /// One DataFusion context per database (its default schema); contexts are cheap to use but
+    /// One DataFusion context per database (its default schema) and catalog view (what the
+    /// caller may see); contexts are cheap to use but
     /// not to build, and the catalog behind them is live, so they never go stale.
-    contexts: Mutex<HashMap<String, SessionContext>>,
+    contexts: Mutex<HashMap<(String, VisibleDatabases), SessionContext>>,
     /// See [`QueryEngine::semantic_settings`].
     semantic_settings: String,
     /// Admission, limits and cancellation of running queries.
@@ -357,10 +368,16 @@ impl QueryEngine {
         })
     }
 
-    /// The session of `database`, created (and extended by the [`SessionSetup`]s) on first use.
-    fn context(&self, database: &str) -> Result<SessionContext, QueryError> {
+    /// The session of `database` for callers who see `visible` databases in the catalog,
+    /// created (and extended by the [`SessionSetup`]s) on first use.
+    fn context(
+        &self,
+        database: &str,
+        visible: &VisibleDatabases,
+    ) -> Result<SessionContext, QueryError> {
         let mut contexts = self.contexts.lock();
-        if let Some(ctx) = contexts.get(database) {
+        let key = (database.to_string(), visible.clone());
+        if let Some(ctx) = contexts.get(&key) {
             return Ok(ctx.clone());
         }
         let config =
@@ -368,20 +385,20 @@ impl QueryEngine {
         let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
         ctx.register_catalog(
             CATALOG_NAME,
-            Arc::new(QuiverCatalog::new(self.store.clone())),
+            Arc::new(QuiverCatalog::new(self.store.clone(), visible.clone())),
         );
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
         ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
         value_limits::cap_functions(&ctx, self.options.output_limits());
         for setup in &self.options.session_setup {
-            setup.setup(&ctx, database).map_err(|e| {
+            setup.setup(&ctx, database, visible).map_err(|e| {
                 QueryError::Internal(DataFusionError::Context(
                     format!("cannot set up the session of database {database:?} ({setup:?})"),
                     Box::new(e),
                 ))
             })?;
         }
-        contexts.insert(database.to_string(), ctx.clone());
+        contexts.insert(key, ctx.clone());
         Ok(ctx)
     }
 
@@ -439,7 +456,7 @@ impl QueryEngine {
         if self.store.database(database).is_none() {
             return Err(QueryError::DatabaseNotFound(database.to_string()));
         }
-        self.context(database)
+        self.context(database, &VisibleDatabases::All)
     }
 
     fn analyze_statement(
@@ -481,7 +498,9 @@ impl QueryEngine {
         for table in &analysis.tables {
             self.check_table_exists(table)?;
         }
-        let mut state = self.context(&analysis.database)?.state();
+        let mut state = self
+            .context(&analysis.database, &options.control.visible_databases())?
+            .state();
         if let Some(now) = options.now {
             state.execution_props_mut().query_execution_start_time = Some(now);
         }
@@ -526,7 +545,9 @@ impl QueryEngine {
         &self,
         analysis: &QueryAnalysis,
     ) -> Result<StatementDescription, QueryError> {
-        let state = self.context(&analysis.database)?.state();
+        let state = self
+            .context(&analysis.database, &VisibleDatabases::All)?
+            .state();
         let plan = guard_future(
             "describing the statement",
             state.statement_to_plan(analysis.statement.clone()),

@@ -8,12 +8,35 @@ use clap::Args;
 /// Default server URL of the client subcommands (the server's default HTTP address).
 const DEFAULT_HOST: &str = "http://127.0.0.1:8086";
 
-/// Arguments of `quiver query`.
+/// Which server the client subcommands talk to, and as whom.
 #[derive(Debug, Args)]
-pub struct QueryArgs {
+pub struct ServerAddress {
     /// Base URL of the server.
     #[arg(long, default_value = DEFAULT_HOST)]
     host: String,
+    /// The token to present (default: `$QUIVER_TOKEN`; none: the server's `auth` mode
+    /// decides whether a local client needs one).
+    #[arg(long, env = "QUIVER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl ServerAddress {
+    /// A request to `path` of the server, carrying the token if there is one.
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        let url = format!("{}{path}", self.host.trim_end_matches('/'));
+        let request = reqwest::Client::new().post(url);
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
+/// Arguments of `quiver query`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    #[command(flatten)]
+    server: ServerAddress,
     /// Database to query.
     #[arg(long, default_value = "default")]
     db: String,
@@ -27,9 +50,8 @@ pub struct QueryArgs {
 /// Arguments of `quiver write`.
 #[derive(Debug, Args)]
 pub struct WriteArgs {
-    /// Base URL of the server.
-    #[arg(long, default_value = DEFAULT_HOST)]
-    host: String,
+    #[command(flatten)]
+    server: ServerAddress,
     /// Database to write into (created on first write).
     #[arg(long, default_value = "default")]
     db: String,
@@ -42,9 +64,8 @@ pub struct WriteArgs {
 
 /// Runs `quiver query`: prints the server's answer to stdout, or its error to the caller.
 pub fn query(args: QueryArgs) -> Result<(), String> {
-    let url = format!("{}/api/v3/query_sql", args.host.trim_end_matches('/'));
     let body = serde_json::json!({ "db": args.db, "q": args.sql, "format": args.format });
-    let bytes = send(reqwest::Client::new().post(url).json_body(&body))?;
+    let bytes = send(args.server.post("/api/v3/query_sql").json_body(&body))?;
     use std::io::Write;
     std::io::stdout()
         .write_all(&bytes)
@@ -60,9 +81,9 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
         std::fs::File::open(&args.file).and_then(|mut f| f.read_to_end(&mut data))
     };
     read.map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
-    let url = format!("{}/api/v3/write_lp", args.host.trim_end_matches('/'));
-    let request = reqwest::Client::new()
-        .post(url)
+    let request = args
+        .server
+        .post("/api/v3/write_lp")
         .query(&[
             ("db", args.db.as_str()),
             ("precision", args.precision.as_str()),

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use quiver_auth::AuthSettings;
 use quiver_cache::CacheConfig;
 use quiver_model::RequestLimits;
 use quiver_query::QueryOptions;
@@ -47,6 +48,9 @@ pub struct Config {
     /// The result cache.
     #[serde(flatten)]
     pub cache: CacheConfig,
+    /// Who may connect without a token, and rate limits.
+    #[serde(flatten)]
+    pub auth: AuthSettings,
 }
 
 /// How log lines are written to standard error.
@@ -73,6 +77,7 @@ impl Default for Config {
             requests: RequestLimits::default(),
             query: QueryOptions::default(),
             cache: CacheConfig::default(),
+            auth: AuthSettings::default(),
         }
     }
 }
@@ -142,6 +147,18 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_queued_queries: Option<usize>,
+    /// Who may connect without a token: loopback, required or disabled.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<String>,
+    /// Requests per second one token may make (0: no limit).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit_requests_per_sec: Option<u64>,
+    /// Bytes per second one token may write (0: no limit).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit_write_bytes_per_sec: Option<u64>,
 }
 
 impl Config {
@@ -407,6 +424,10 @@ mod tests {
             "cache_ttl_secs",
             "cache_idle_secs",
             "cache_clock_granularity_secs",
+            "auth",
+            "rate_limit_requests_per_sec",
+            "rate_limit_write_bytes_per_sec",
+            "max_failed_auth_per_minute",
         ];
         expected.sort_unstable();
         assert_eq!(keys, expected);

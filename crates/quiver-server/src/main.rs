@@ -1,9 +1,10 @@
-//! The `quiver` binary: `serve` runs the server; `query`, `write` and `config` are thin clients
-//! and helpers around it (see the command-line contract in DESIGN.md).
+//! The `quiver` binary: `serve` runs the server; `query`, `write`, `config` and `token` are
+//! thin clients and helpers around it (see the command-line contract in DESIGN.md).
 
 mod client;
 mod config;
 mod serve;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     Write(client::WriteArgs),
     /// Print the effective configuration as TOML.
     Config(ServerArgs),
+    /// Create, list or revoke tokens in a data directory (works offline).
+    Token(token::TokenArgs),
 }
 
 /// The settings `serve` and `config` accept on the command line.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
             .map_err(|e| e.to_string()),
         Command::Query(args) => client::query(args),
         Command::Write(args) => client::write(args),
+        Command::Token(args) => token::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,15 +1,18 @@
 //! `quiver serve`: logging, the store and query engine, the HTTP, Flight SQL and PostgreSQL
 //! listeners, graceful shutdown.
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use quiver_auth::{AuthMode, Authenticator, TokenStore};
 use quiver_cache::QueryService;
 use quiver_query::QueryEngine;
 use quiver_storage::Store;
 use tracing_subscriber::EnvFilter;
 
-use quiver_flight::QuiverFlightSql;
+use quiver_flight::{GrpcMetricsLayer, QuiverFlightSql};
 use quiver_http::{self as http, AppState};
 use quiver_pgwire::{PgServer, PostgresCatalog};
 
@@ -122,7 +125,11 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         "result cache"
     );
     let queries = QueryService::new(engine, cache);
+    let auth = start_auth(&config, store.data_dir().unwrap_or(&config.store.data_dir))?;
+    let metrics = http::metrics::install().map_err(ServeError::Config)?;
     let state = Arc::new(AppState {
+        metrics: Some(metrics),
+        auth: auth.clone(),
         store: store.clone(),
         queries: queries.clone(),
         limits: config.requests.clone(),
@@ -158,20 +165,29 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         shutdown_signal().await;
         let _ = stop.send(true);
     });
-    let postgres = Arc::new(PgServer::new(store.clone(), queries.clone()))
+    let postgres = Arc::new(PgServer::new(store.clone(), queries.clone(), auth.clone()))
         .serve(pg_listener, stopped(stopping.clone()));
-    let flight_sql =
-        QuiverFlightSql::new(store.clone(), queries, config.requests.max_request_bytes);
+    let flight_sql = QuiverFlightSql::new(
+        store.clone(),
+        queries,
+        auth,
+        config.requests.max_request_bytes,
+    );
     let flight = FlightServiceServer::new(flight_sql)
         .max_decoding_message_size(config.requests.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
     let flight = tonic::transport::Server::builder()
+        .layer(GrpcMetricsLayer)
         .add_service(flight)
         .serve_with_incoming_shutdown(
             accepted_connections(flight_listener),
             stopped(stopping.clone()),
         );
-    let http = axum::serve(listener, http::router(state)).with_graceful_shutdown(stopped(stopping));
+    let http = axum::serve(
+        listener,
+        http::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped(stopping));
     let (http, flight, ()) = tokio::join!(http, flight, postgres);
     http.map_err(io_error("HTTP server failed"))?;
     flight.map_err(|e| ServeError::Io {
@@ -201,6 +217,34 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     }
     tracing::info!("quiver stopped");
     Ok(())
+}
+
+/// The token store of `data_dir` and the authenticator over it; refuses to start a server
+/// reachable from the network with no way to authenticate (see [`quiver_auth::check_startup`]).
+fn start_auth(config: &Config, data_dir: &Path) -> Result<Arc<Authenticator>, ServeError> {
+    let tokens = TokenStore::open(data_dir)
+        .map_err(|e| ServeError::Config(format!("cannot read the tokens: {e}")))?;
+    let binds: Vec<SocketAddr> = [&config.http_addr, &config.flight_addr, &config.pg_addr]
+        .into_iter()
+        .filter_map(|addr| addr.parse().ok())
+        .collect();
+    let mode = config.auth.auth;
+    quiver_auth::check_startup(mode, &binds, &tokens, data_dir).map_err(ServeError::Config)?;
+    let token_count = tokens.list().len();
+    match mode {
+        AuthMode::Loopback => tracing::warn!(
+            tokens = token_count,
+            "auth = loopback: clients on this machine are served without a token; set auth = \"required\" to ask every client for one"
+        ),
+        AuthMode::Disabled => tracing::warn!(
+            "auth = disabled: every client may read and write everything without a token"
+        ),
+        AuthMode::Required => tracing::info!(tokens = token_count, "auth = required"),
+    }
+    Ok(Arc::new(Authenticator::new(
+        config.auth.clone(),
+        Arc::new(tokens),
+    )))
 }
 
 /// Resolves once `stopping` turns true.

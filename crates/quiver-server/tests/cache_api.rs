@@ -128,6 +128,23 @@ async fn verdicts_ready_bytes_and_fresh_answers_after_writes() {
     assert_eq!(get(&server, SQL, "json", &[]).await.1, "MISS");
 }
 
+/// Creates a token through the admin API (the test is the server's local caller) and returns
+/// its secret.
+async fn create_token(server: &Server, name: &str, permissions: &[&str]) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{}/api/v3/configure/token", server.url))
+        .header("content-type", "application/json")
+        .body(json!({ "name": name, "permissions": permissions }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    response.json_value().await["token"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 #[tokio::test]
 async fn literals_scopes_and_parameters_keep_entries_apart() {
     let server = server_with_data().await;
@@ -152,8 +169,17 @@ async fn literals_scopes_and_parameters_keep_entries_apart() {
     .await;
     assert_eq!((v3.as_str(), &same[..]), ("HIT", &upper[..]));
 
-    let alice = [("authorization", "Bearer alice")];
-    let carol = [("authorization", "Bearer carol")];
+    // two tokens with different grants: different scopes
+    let alice = format!(
+        "Bearer {}",
+        create_token(&server, "alice", &["db:db:read"]).await
+    );
+    let carol = format!(
+        "Bearer {}",
+        create_token(&server, "carol", &["db:db:read", "db:other:read"]).await
+    );
+    let alice = [("authorization", alice.as_str())];
+    let carol = [("authorization", carol.as_str())];
     assert_eq!(get(&server, bob, "json", &alice).await.1, "MISS");
     assert_eq!(get(&server, bob, "json", &carol).await.1, "MISS");
     assert_eq!(get(&server, bob, "json", &alice).await.1, "HIT");

@@ -399,6 +399,7 @@ impl Store {
             Some(pending) => Some(pending.await?),
             None => None,
         };
+        metrics::counter!("quiver_ingest_rows_total").increment(rows as u64);
         Ok(WriteReceipt { rows, sequence })
     }
 

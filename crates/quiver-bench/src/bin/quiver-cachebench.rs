@@ -3,14 +3,19 @@
 //!
 //! It loads a generated metrics table (TSBS cpu-only: 200 hosts, 10 tags and 10 fields, every
 //! 10 s for about 28 hours: 2 M rows, 21 columns) unless the database already holds it, then
-//! for each shape measures the median latency of misses (each under a fresh access scope, so
-//! every one really executes) and of hits (the same request repeated), both end to end through
+//! for each shape measures the median latency of misses (the result cache is cleared before
+//! each one, so every one really executes) and of hits (the same request repeated), both end
+//! to end through
 //! a keep-alive HTTP client that reads the whole body. As the floor a hit cannot beat, it also
 //! measures, in the same run, a plain loopback TCP transfer of the same number of bytes.
 //!
 //! ```sh
-//! quiver-cachebench --url http://127.0.0.1:8086 --runs 21 --seconds 5
+//! quiver-cachebench --url http://127.0.0.1:8086 --runs 21 --seconds 5 [--token T]
 //! ```
+//!
+//! Clearing the cache is an admin operation: without `--token`, the server must admit this
+//! client as its local caller (the default `auth = loopback`); with one, it must be an admin
+//! token.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +42,9 @@ struct Args {
     /// Concurrent clients for the throughput measurement.
     #[arg(long, default_value_t = 8)]
     clients: usize,
+    /// An admin token to present (none: the server's local caller).
+    #[arg(long)]
+    token: Option<String>,
 }
 
 const HOSTS: usize = 200;
@@ -104,6 +112,32 @@ struct Target {
     client: reqwest::Client,
     url: String,
     db: String,
+    token: Option<String>,
+}
+
+impl Target {
+    /// A request to `path` with the token, if any.
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.client.request(method, format!("{}{path}", self.url));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Empties the result cache, so that the next query is a miss.
+    async fn clear_cache(&self) {
+        let response = self
+            .request(reqwest::Method::DELETE, "/api/v3/cache")
+            .send()
+            .await
+            .expect("clearing the cache failed");
+        assert!(
+            response.status().is_success(),
+            "clearing the cache: {}",
+            response.status()
+        );
+    }
 }
 
 /// One request's outcome.
@@ -113,13 +147,11 @@ struct Reply {
     elapsed: Duration,
 }
 
-async fn query(target: &Target, sql: &str, format: &str, scope: &str) -> Reply {
+async fn query(target: &Target, sql: &str, format: &str) -> Reply {
     let started = Instant::now();
     let response = target
-        .client
-        .get(format!("{}/api/v3/query_sql", target.url))
+        .request(reqwest::Method::GET, "/api/v3/query_sql")
         .query(&[("db", target.db.as_str()), ("q", sql), ("format", format)])
-        .header("authorization", scope)
         .send()
         .await
         .expect("request failed");
@@ -150,8 +182,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 async fn load(target: &Target) {
     let probe = target
-        .client
-        .get(format!("{}/api/v3/query_sql", target.url))
+        .request(reqwest::Method::GET, "/api/v3/query_sql")
         .query(&[
             ("db", target.db.as_str()),
             ("q", "SELECT count(*) AS n FROM cpu"),
@@ -180,8 +211,8 @@ async fn load(target: &Target) {
             start as u64 + 1,
         );
         let response = target
-            .client
-            .post(format!("{}/api/v3/write_lp?db={}", target.url, target.db))
+            .request(reqwest::Method::POST, "/api/v3/write_lp")
+            .query(&[("db", target.db.as_str())])
             .body(payload)
             .send()
             .await
@@ -197,32 +228,28 @@ async fn main() {
         client: reqwest::Client::new(),
         url: args.url.clone(),
         db: args.db.clone(),
+        token: args.token.clone(),
     });
     load(&target).await;
     let floor = Loopback::start().await;
-    // Scopes unique to this run, so a repeated run on the same server still measures misses.
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let hit_scope = format!("Bearer hit-{nonce}");
     println!(
         "| rows | shape | format | bytes | miss median | hit median | speedup | loopback copy | hit / copy |\n\
          |---:|---|---|---:|---:|---:|---:|---:|---:|"
     );
     let mut speedups = Vec::new();
-    for (i, shape) in shapes().iter().enumerate() {
+    for shape in shapes().iter() {
         for format in ["arrow", "json"] {
             let mut misses = Vec::new();
-            for run in 0..args.runs {
-                let scope = format!("Bearer miss-{nonce}-{i}-{format}-{run}");
-                let reply = query(&target, &shape.sql, format, &scope).await;
+            for _ in 0..args.runs {
+                target.clear_cache().await;
+                let reply = query(&target, &shape.sql, format).await;
                 assert_eq!(reply.verdict, "MISS", "{}", shape.sql);
                 misses.push(reply.elapsed);
             }
-            let warm = query(&target, &shape.sql, format, &hit_scope).await;
+            let warm = query(&target, &shape.sql, format).await;
             let mut hits = Vec::new();
             for _ in 0..args.runs {
-                let reply = query(&target, &shape.sql, format, &hit_scope).await;
+                let reply = query(&target, &shape.sql, format).await;
                 assert_eq!(reply.verdict, "HIT", "{}", shape.sql);
                 hits.push(reply.elapsed);
             }
@@ -259,7 +286,7 @@ async fn main() {
                 .collect(),
         ),
     ] {
-        let rate = throughput(&target, &args, &all, picks, &hit_scope).await;
+        let rate = throughput(&target, &args, &all, picks).await;
         println!(
             "hit throughput, {} clients, {label}: {rate:.0} requests/s",
             args.clients
@@ -270,8 +297,7 @@ async fn main() {
 async fn count_rows(target: &Target, sql: &str) -> usize {
     let counted = format!("SELECT count(*) AS n FROM ({sql}) AS q");
     let reply = target
-        .client
-        .get(format!("{}/api/v3/query_sql", target.url))
+        .request(reqwest::Method::GET, "/api/v3/query_sql")
         .query(&[
             ("db", target.db.as_str()),
             ("q", counted.as_str()),
@@ -293,12 +319,10 @@ async fn throughput(
     args: &Args,
     shapes: &Arc<Vec<Shape>>,
     picks: Vec<(usize, &'static str)>,
-    scope: &str,
 ) -> f64 {
-    // The misses measured before ran under fresh scopes and may have pushed these answers
-    // out of the cache (it is bounded): cache them again first.
+    // The cache was cleared for the misses measured before: cache these answers again first.
     for &(shape, format) in &picks {
-        query(target, &shapes[shape].sql, format, scope).await;
+        query(target, &shapes[shape].sql, format).await;
     }
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -307,12 +331,12 @@ async fn throughput(
     let mut tasks = Vec::new();
     for c in 0..args.clients {
         let (done, stop, target) = (done.clone(), stop.clone(), target.clone());
-        let (shapes, picks, scope) = (shapes.clone(), picks.clone(), scope.to_string());
+        let (shapes, picks) = (shapes.clone(), picks.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = c;
             while !stop.load(Ordering::Relaxed) {
                 let (shape, format) = picks[n % picks.len()];
-                let reply = query(&target, &shapes[shape].sql, format, &scope).await;
+                let reply = query(&target, &shapes[shape].sql, format).await;
                 assert_eq!(reply.verdict, "HIT");
                 done.fetch_add(1, Ordering::Relaxed);
                 n += 1;

@@ -43,6 +43,10 @@ struct Args {
     /// Measured seconds per phase (after a one-second warm-up).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// A token allowed to write the database, for loading it over HTTP (none: the server's
+    /// local caller).
+    #[arg(long)]
+    token: Option<String>,
 }
 
 const QUERY: &str = "SELECT host, usage, load FROM cpu WHERE host = $1";
@@ -94,12 +98,14 @@ async fn load(args: &Args, database: &str) -> Result<(), Box<dyn std::error::Err
             )
         })
         .collect();
-    let response = reqwest::Client::new()
+    let mut request = reqwest::Client::new()
         .post(format!("{}/api/v3/write_lp", args.http_url))
         .query(&[("db", database)])
-        .body(lines)
-        .send()
-        .await?;
+        .body(lines);
+    if let Some(token) = &args.token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
     if !response.status().is_success() {
         return Err(format!("loading failed: {}", response.text().await?).into());
     }

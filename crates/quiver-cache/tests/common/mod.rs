@@ -106,7 +106,7 @@ impl Fixture {
         self.cached_with(QueryRequest {
             database: "db".into(),
             sql: sql.into(),
-            scope: AccessScope::user(scope),
+            scope: AccessScope::grants(scope),
             ..QueryRequest::default()
         })
         .await

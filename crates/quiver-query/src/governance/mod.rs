@@ -35,6 +35,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 use parking_lot::Mutex;
+use quiver_model::{ReadGrants, VisibleDatabases};
 use serde::Serialize;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -78,6 +79,40 @@ pub struct QueryControl {
     /// The name of the setting that set [`QueryControl::timeout`] (`statement_timeout`, ...),
     /// for the error message.
     pub timeout_setting: &'static str,
+    /// What the caller may read (`None`: everything): checked before the query is answered,
+    /// from the cache or not; it also decides which databases the catalog shows
+    /// (`information_schema`, `SHOW TABLES`, `pg_catalog`) and names the caller in the list
+    /// of running queries.
+    pub grants: Option<Arc<dyn ReadGrants>>,
+}
+
+impl QueryControl {
+    /// Fails unless the caller may read `database` and every database of `tables`.
+    pub fn check_read<'a>(
+        &self,
+        database: &str,
+        tables: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), QueryError> {
+        let Some(grants) = &self.grants else {
+            return Ok(());
+        };
+        grants.check_read(database).map_err(QueryError::Denied)?;
+        for table_database in tables {
+            if table_database != database {
+                grants
+                    .check_read(table_database)
+                    .map_err(QueryError::Denied)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The databases the catalog shows the caller.
+    pub fn visible_databases(&self) -> VisibleDatabases {
+        self.grants
+            .as_ref()
+            .map_or(VisibleDatabases::All, |grants| grants.visible_databases())
+    }
 }
 
 /// Why a running query was stopped.
@@ -132,6 +167,8 @@ pub struct QueryInfo {
     pub sql: String,
     /// Where it came from.
     pub protocol: Protocol,
+    /// The caller it runs for (a token's name), if it was authenticated.
+    pub token: Option<String>,
     /// Running or queued.
     pub state: QueryState,
     /// Seconds since it arrived.
@@ -149,6 +186,7 @@ struct Tracked {
     database: String,
     sql: String,
     protocol: Protocol,
+    token: Option<String>,
     arrived: Instant,
     running: AtomicBool,
     pool: OnceLock<Arc<QueryPool>>,
@@ -173,6 +211,7 @@ impl Tracked {
             db: self.database.clone(),
             sql: self.sql.clone(),
             protocol: self.protocol,
+            token: self.token.clone(),
             state: if self.running.load(Ordering::Relaxed) {
                 QueryState::Running
             } else {
@@ -252,6 +291,10 @@ impl Governor {
             // only what the list shows is kept: a query's text may be megabytes
             sql: sql.chars().take(LISTED_SQL_CHARS).collect(),
             protocol: control.protocol,
+            token: control
+                .grants
+                .as_ref()
+                .map(|grants| grants.caller_name().to_string()),
             arrived: Instant::now(),
             running: AtomicBool::new(false),
             pool: OnceLock::new(),

@@ -1,0 +1,140 @@
+//! `quiver token`: creates, lists and revokes tokens in a data directory, without a running
+//! server (a running server sees the change at once: it re-reads the token file when a
+//! credential is not found). `create` prints the new token on standard output, once.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use quiver_auth::{Permission, TokenStore};
+
+use crate::config::{Config, FlagOverrides};
+
+/// Arguments of `quiver token`.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    action: TokenAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenAction {
+    /// Create a token and print it (it is shown only this once).
+    Create {
+        /// An admin token: may do everything, including managing tokens.
+        #[arg(long)]
+        admin: bool,
+        /// The token's name (also its PostgreSQL user name); `admin` by default for admins.
+        #[arg(long)]
+        name: Option<String>,
+        /// A permission, `db:<name|*>:read|write` (repeat the flag for more).
+        #[arg(long = "permission")]
+        permissions: Vec<String>,
+        #[command(flatten)]
+        location: DataDir,
+    },
+    /// List tokens (names and permissions; secrets are never stored).
+    List {
+        #[command(flatten)]
+        location: DataDir,
+    },
+    /// Revoke a token: it stops working at once.
+    Revoke {
+        /// The token's name.
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        location: DataDir,
+    },
+}
+
+/// Where the tokens are: `--data-dir`, else the configured data directory.
+#[derive(Debug, Args)]
+struct DataDir {
+    /// The server's data directory (default: the configured `data_dir`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Configuration file (default: `$QUIVER_CONFIG`, else `./quiver.toml` if it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl DataDir {
+    fn open(self) -> Result<TokenStore, String> {
+        let flags = FlagOverrides {
+            data_dir: self.data_dir,
+            ..FlagOverrides::default()
+        };
+        let config = Config::load(self.config.as_deref(), std::env::vars(), &flags)
+            .map_err(|e| e.to_string())?;
+        let data_dir = std::path::absolute(&config.store.data_dir)
+            .map_err(|e| format!("data directory {}: {e}", config.store.data_dir.display()))?;
+        TokenStore::open(&data_dir).map_err(|e| e.to_string())
+    }
+}
+
+/// Runs `quiver token`.
+pub fn run(args: TokenArgs) -> Result<(), String> {
+    match args.action {
+        TokenAction::Create {
+            admin,
+            name,
+            permissions,
+            location,
+        } => {
+            let permissions = permissions
+                .iter()
+                .map(|p| p.parse::<Permission>())
+                .collect::<Result<Vec<_>, _>>()?;
+            if admin && !permissions.is_empty() {
+                return Err(
+                    "an admin token may do everything: give --admin or --permission, not both"
+                        .into(),
+                );
+            }
+            if !admin && permissions.is_empty() {
+                return Err(
+                    "give --admin, or at least one --permission db:<name|*>:read|write".into(),
+                );
+            }
+            let name = match name {
+                Some(name) => name,
+                None if admin => "admin".to_string(),
+                None => return Err("a scoped token needs --name".into()),
+            };
+            let created = location
+                .open()?
+                .create(&name, admin, &permissions)
+                .map_err(|e| e.to_string())?;
+            eprintln!(
+                "token {:?} created ({}); it is shown only now: keep it safe",
+                created.info.name,
+                if admin {
+                    "admin".to_string()
+                } else {
+                    created.info.permissions.join(", ")
+                }
+            );
+            println!("{}", created.secret);
+            Ok(())
+        }
+        TokenAction::List { location } => {
+            for token in location.open()?.list() {
+                let grants = if token.admin {
+                    "admin".to_string()
+                } else {
+                    token.permissions.join(",")
+                };
+                println!(
+                    "{}\t{}\tcreated_at={}",
+                    token.name, grants, token.created_at
+                );
+            }
+            Ok(())
+        }
+        TokenAction::Revoke { name, location } => {
+            location.open()?.revoke(&name).map_err(|e| e.to_string())?;
+            eprintln!("token {name:?} revoked");
+            Ok(())
+        }
+    }
+}
