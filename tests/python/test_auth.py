@@ -296,6 +296,33 @@ def test_flight_sql_checks_tokens_handles_and_grants(secured) -> None:
         client.get_flight_info(CATALOGS, options)
 
 
+def test_offline_revocation_reaches_a_running_server(secured, quiver_bin: Path,
+                                                    tmp_path: Path) -> None:
+    server, admin = secured
+    reader = create_token(server.http_url, "reader", [f"db:{DB}:read"], bearer(admin))
+    session = psycopg.connect(host="127.0.0.1", port=server.pg_port, dbname=DB, user="reader",
+                              password=reader, autocommit=True)
+    assert session.execute("SELECT 1").fetchone() == (1,)
+    client = flight.FlightClient(server.flight_uri)
+    name, value = client.authenticate_basic_token("reader", reader)
+    options = flight.FlightCallOptions(headers=[(name, value)])
+    assert client.get_flight_info(CATALOGS, options).schema.names == ["catalog_name"]
+    assert query(server, "SELECT 1", bearer(reader)).status_code == 200
+
+    revoked = run_cli(quiver_bin, "token", "revoke", "--name", "reader",
+                      "--data-dir", str(tmp_path / "data"))
+    assert revoked.returncode == 0, revoked.stderr
+    time.sleep(0.3)  # the server looks at the token file every 100 ms
+    # each protocol sees it by itself (the open session first: nothing else has looked yet)
+    with pytest.raises(psycopg.Error, match="revoked"):
+        session.execute("SELECT 1")
+    session.close()
+    with pytest.raises(flight.FlightUnauthenticatedError, match="revoked"):
+        client.get_flight_info(CATALOGS, options)
+    assert query(server, "SELECT 1", bearer(reader)).status_code == 401
+    assert query(server, "SELECT 1", bearer(admin)).status_code == 200
+
+
 def test_an_exposed_server_needs_a_token_to_start(quiver_bin: Path, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     http, flight_port, pg = free_ports(3)
@@ -359,6 +386,10 @@ def test_rate_limits_on_every_protocol(spawn_quiver, quiver_bin: Path, tmp_path:
     results = [write_lp(server.http_url, "default", body, headers=bearer(admin)).status_code
                for _ in range(3)]
     assert 204 in results and 429 in results, results
+    # one write larger than a second's allowance never fits: refused as too large
+    huge = write_lp(server.http_url, "default", body * 3, headers=bearer(admin))
+    assert huge.status_code == 413, huge.text
+    assert "rate_limit_write_bytes_per_sec" in huge.json()["error"]
 
 
 def test_failed_authentications_are_limited_per_address(spawn_quiver, quiver_bin: Path,

@@ -115,6 +115,14 @@ pub enum AuthError {
     /// Too many failed authentications from the client's address.
     #[error("too many failed authentications from this address: retry in {} s", retry_secs(*.0))]
     TooManyFailures(Duration),
+    /// One write is larger than the write rate allows in a second.
+    #[error("a write of {bytes} bytes is more than rate_limit_write_bytes_per_sec = {limit} allows: send it in smaller parts")]
+    WriteTooLarge {
+        /// The write's bytes.
+        bytes: u64,
+        /// `rate_limit_write_bytes_per_sec`.
+        limit: u64,
+    },
     /// The token is over a rate limit.
     #[error("rate limit exceeded: {what} (retry in {} s)", retry_secs(*.retry_after))]
     RateLimited {
@@ -149,6 +157,7 @@ impl Classify for AuthError {
             | AuthError::Malformed(_)
             | AuthError::Revoked(_) => ErrorKind::Unauthenticated,
             AuthError::Forbidden { .. } => ErrorKind::PermissionDenied,
+            AuthError::WriteTooLarge { .. } => ErrorKind::TooLarge,
             AuthError::TooManyFailures(_) | AuthError::RateLimited { .. } => ErrorKind::RateLimited,
         }
     }
@@ -322,6 +331,25 @@ impl Authenticator {
         }
     }
 
+    /// Fails if `peer` is blocked for too many failed authentications (checked again before a
+    /// PostgreSQL client's proof is verified: a login started before the block does not get
+    /// to guess).
+    pub fn check_not_blocked(&self, peer: IpAddr) -> Result<(), AuthError> {
+        match self.failures.blocked_for(peer) {
+            Some(wait) => Err(AuthError::TooManyFailures(wait)),
+            None => Ok(()),
+        }
+    }
+
+    /// Admits a Flight SQL handle's `caller` for a call from `peer`: a handle of the local
+    /// caller works only where a token-less call from `peer` would.
+    pub fn admit_handle(&self, caller: &Caller, peer: IpAddr) -> Result<(), AuthError> {
+        if caller.is_local() {
+            self.tokenless(peer)?;
+        }
+        Ok(())
+    }
+
     /// How a PostgreSQL client named `user` connecting from `peer` logs in: loopback clients
     /// in the `loopback` mode (and everyone in the `disabled` mode) without a password unless
     /// `user` names a token; everyone else with SCRAM-SHA-256, the token's name as user and
@@ -330,15 +358,13 @@ impl Authenticator {
         if self.settings.auth == AuthMode::Disabled {
             return Ok(PgLogin::Trusted(self.local.clone()));
         }
-        if let Some(wait) = self.failures.blocked_for(peer) {
-            return Err(AuthError::TooManyFailures(wait));
-        }
+        self.check_not_blocked(peer)?;
         match self.tokens.scram_login(user) {
             Some((verifier, caller)) => Ok(PgLogin::Scram(verifier, Some(caller))),
-            None if self.settings.auth == AuthMode::Loopback && peer.is_loopback() => {
+            None if self.settings.auth == AuthMode::Loopback && is_loopback(peer) => {
                 Ok(PgLogin::Trusted(self.local.clone()))
             }
-            None => Ok(PgLogin::Scram(ScramVerifier::impossible(), None)),
+            None => Ok(PgLogin::Scram(ScramVerifier::impossible(user), None)),
         }
     }
 
@@ -346,7 +372,7 @@ impl Authenticator {
     fn tokenless(&self, peer: IpAddr) -> Result<Caller, AuthError> {
         match self.settings.auth {
             AuthMode::Disabled => Ok(self.local.clone()),
-            AuthMode::Loopback if peer.is_loopback() => Ok(self.local.clone()),
+            AuthMode::Loopback if is_loopback(peer) => Ok(self.local.clone()),
             AuthMode::Loopback => Err(AuthError::Missing(
                 "auth = loopback admits token-less requests from this machine only",
             )),
@@ -354,8 +380,13 @@ impl Authenticator {
         }
     }
 
-    /// Counts one request against `caller`'s rate limit.
+    /// Admits one request of `caller`: its token is still valid (a token revoked by another
+    /// process is seen within [`store::REFRESH_INTERVAL`]) and within its request rate.
     pub fn admit_request(&self, caller: &Principal) -> Result<(), AuthError> {
+        if !caller.is_local() {
+            self.tokens.refresh();
+        }
+        caller.require_active()?;
         let Some(requests) = &self.requests else {
             return Ok(());
         };
@@ -374,12 +405,18 @@ impl Authenticator {
             })
     }
 
-    /// Counts `bytes` written against `caller`'s write rate limit.
+    /// Counts `bytes` written (as received: compressed, if the request is) against
+    /// `caller`'s write rate limit. A write larger than one second's allowance never fits:
+    /// refused as too large, so that it cannot take more than its share by arriving whole.
     pub fn admit_write(&self, caller: &Principal, bytes: u64) -> Result<(), AuthError> {
         metrics::counter!("quiver_ingest_bytes_total").increment(bytes);
         let Some(write_bytes) = &self.write_bytes else {
             return Ok(());
         };
+        let limit = self.settings.rate_limit_write_bytes_per_sec;
+        if bytes > limit {
+            return Err(AuthError::WriteTooLarge { bytes, limit });
+        }
         write_bytes
             .take(&caller.rate_key(), bytes)
             .inspect_err(|_| {
@@ -395,6 +432,12 @@ impl Authenticator {
                 retry_after,
             })
     }
+}
+
+/// True for loopback addresses, IPv4-mapped ones included (`::ffff:127.0.0.1`: a local IPv4
+/// client of a dual-stack `[::]` listener).
+pub fn is_loopback(peer: IpAddr) -> bool {
+    peer.to_canonical().is_loopback()
 }
 
 /// Refuses to start a server that would accept token-less requests from the network with no
@@ -538,6 +581,19 @@ mod tests {
             auth.pg_login("postgres", REMOTE),
             Ok(PgLogin::Scram(_, None))
         ));
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        assert!(matches!(
+            auth.pg_login("postgres", mapped),
+            Ok(PgLogin::Trusted(_))
+        ));
+        // an unknown user's salt is the same every time, as a real token's is
+        let salt = |user: &str| match auth.pg_login(user, REMOTE) {
+            Ok(PgLogin::Scram(verifier, _)) => verifier.salt,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(salt("nobody"), salt("nobody"));
+        assert_ne!(salt("nobody"), salt("somebody"));
+        assert_eq!(salt("reader"), salt("reader"));
     }
 
     #[test]
@@ -565,6 +621,8 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("rate_limit_write_bytes_per_sec"));
+        let too_large = auth.admit_write(&caller, 101).unwrap_err();
+        assert_eq!(too_large.kind(), ErrorKind::TooLarge, "{too_large}");
     }
 
     #[test]

@@ -52,7 +52,8 @@ impl<K: Hash + Eq + Clone> KeyedRate<K> {
 
 /// Failed authentications per client address: past `per_minute` failures in a minute, the
 /// address is refused (even a right token) until its allowance refills, so guessing tokens
-/// from one address goes at most that fast.
+/// from one address goes at most that fast. IPv6 addresses count by their /64 network (one
+/// host usually has a whole /64 to choose from).
 pub(crate) struct FailedLogins {
     failures: Option<KeyedRate<IpAddr>>,
     blocked: Mutex<HashMap<IpAddr, Instant>>,
@@ -74,6 +75,7 @@ impl FailedLogins {
 
     /// How long `peer` must wait before it may try again, if it is blocked.
     pub(crate) fn blocked_for(&self, peer: IpAddr) -> Option<Duration> {
+        let peer = network_of(peer);
         let mut blocked = self.blocked.lock();
         let until = *blocked.get(&peer)?;
         let now = Instant::now();
@@ -87,6 +89,7 @@ impl FailedLogins {
     /// Counts a failure from `peer`; past the allowance the address is blocked and the
     /// wait is returned.
     pub(crate) fn record(&self, peer: IpAddr) -> Option<Duration> {
+        let peer = network_of(peer);
         let wait = self.failures.as_ref()?.take(&peer, 1).err()?;
         let mut blocked = self.blocked.lock();
         if blocked.len() > PRUNE_AT_KEYS {
@@ -96,6 +99,18 @@ impl FailedLogins {
         blocked.insert(peer, Instant::now() + wait);
         tracing::warn!(%peer, per_minute = self.per_minute, wait_ms = wait.as_millis() as u64, "too many failed authentications: address blocked");
         Some(wait)
+    }
+}
+
+/// The address failures are counted by: IPv4 (and IPv4-mapped IPv6) addresses as they are,
+/// other IPv6 addresses by their /64 network.
+fn network_of(peer: IpAddr) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(prefix.into())
+        }
+        v4 => v4,
     }
 }
 

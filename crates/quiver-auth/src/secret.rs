@@ -83,10 +83,18 @@ impl ScramVerifier {
         ScramVerifier::with_salt(secret, &salt, SCRAM_ITERATIONS)
     }
 
-    /// A verifier nobody can pass (for unknown user names, so that they are refused the same
-    /// way, after the same exchange, as a wrong secret).
-    pub fn impossible() -> Self {
-        let salt = random_bytes::<16>();
+    /// A verifier nobody can pass, for the unknown user `user`: refused the same way, after
+    /// the same exchange, as a wrong secret. Its salt is the same for every attempt as `user`
+    /// (derived from it and a key chosen once per process), as a real token's is, so that
+    /// comparing salts does not tell which names exist.
+    pub fn impossible(user: &str) -> Self {
+        static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+        let key = KEY.get_or_init(random_bytes::<32>);
+        let derived = Sha256::new()
+            .chain_update(key)
+            .chain_update(user)
+            .finalize();
+        let salt = &derived[..16];
         ScramVerifier {
             salt: STANDARD.encode(salt),
             iterations: SCRAM_ITERATIONS,
@@ -170,6 +178,6 @@ mod tests {
             ScramVerifier::new("pencil").salt,
             ScramVerifier::new("pencil").salt
         );
-        assert!(ScramVerifier::impossible().is_well_formed());
+        assert!(ScramVerifier::impossible("x").is_well_formed());
     }
 }

@@ -290,7 +290,7 @@ impl QuiverFlightSql {
                     .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
                     .and_then(|handle| self.sessions.get(handle.trim()));
                 match handle {
-                    Some(caller) => caller.require_active().map(|()| caller),
+                    Some(caller) => self.auth.admit_handle(&caller, peer).map(|()| caller),
                     None => self.auth.authenticate_header(Some(value.as_bytes()), peer),
                 }
             }
@@ -655,6 +655,9 @@ impl FlightSqlService for QuiverFlightSql {
             None => self.auth.authenticate(Presented::Nothing, peer),
         }
         .map_err(|e| classified_status(&e))?;
+        self.auth
+            .admit_request(&caller)
+            .map_err(|e| classified_status(&e))?;
         let token = self.new_handle()?;
         tracing::debug!(caller = caller.name(), "Flight SQL handshake");
         self.sessions.insert(token.clone(), caller);

@@ -119,6 +119,10 @@ impl Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // a login started before its address was blocked does not get to guess
+        self.auth
+            .check_not_blocked(client.socket_addr().ip())
+            .map_err(|e| auth_fatal(&e))?;
         let state = std::mem::replace(&mut *pending.state.lock(), SASLState::Finished);
         let (message, state) = match state {
             SASLState::Initial => {
@@ -233,10 +237,12 @@ struct TokenVerifiers(Arc<Authenticator>);
 #[async_trait]
 impl AuthSource for TokenVerifiers {
     async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
-        let verifier = login
-            .user()
-            .and_then(|user| self.0.tokens().scram_login(user))
-            .map_or_else(ScramVerifier::impossible, |(verifier, _)| verifier);
+        let user = login.user().unwrap_or_default();
+        let verifier = self
+            .0
+            .tokens()
+            .scram_login(user)
+            .map_or_else(|| ScramVerifier::impossible(user), |(verifier, _)| verifier);
         Ok(Password::new(
             Some(verifier.salt_bytes()),
             verifier.salted_password_bytes(),
