@@ -154,6 +154,17 @@ def test_scoped_tokens_read_and_write_only_their_databases(secured) -> None:
         response = query(server, sql, bearer(reader), db=db)
         assert response.status_code == 403, (sql, response.text)
         assert f"db:{OTHER}:read" in response.json()["error"]
+    # what does not exist where it may not read is the same refusal: names cannot be probed
+    for sql in ("SELECT * FROM nosuchdb.cpu", f"SELECT * FROM {OTHER}.nosuchtable"):
+        response = query(server, sql, bearer(reader))
+        assert response.status_code == 403, (sql, response.text)
+    assert query(server, "SELECT * FROM nosuchtable", bearer(reader)).status_code == 404
+    with psycopg.connect(host="127.0.0.1", port=server.pg_port, dbname=DB, user="reader",
+                         password=reader, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM nosuchdb.cpu")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM nosuchtable")
     schemas = query(server, "SELECT DISTINCT table_schema FROM information_schema.tables "
                     "WHERE table_schema NOT IN ('information_schema', 'pg_catalog')",
                     bearer(reader)).json()

@@ -188,7 +188,9 @@ impl QueryService {
         self: &Arc<Self>,
         request: &QueryRequest,
     ) -> Result<Answer, Arc<QueryError>> {
-        let analysis = self.analysis(&request.database, &request.sql)?;
+        let analysis = self
+            .analysis(&request.database, &request.sql)
+            .map_err(|e| Arc::new(request.control.hide_unreadable(e)))?;
         let how = Run {
             scope: &request.scope,
             no_cache: request.no_cache,
@@ -343,13 +345,13 @@ impl QueryService {
     }
 
     /// The analysis of `sql` in `database`, remembered by exact text.
-    fn analysis(&self, database: &str, sql: &str) -> Result<Arc<QueryAnalysis>, Arc<QueryError>> {
+    fn analysis(&self, database: &str, sql: &str) -> Result<Arc<QueryAnalysis>, QueryError> {
         let remember = sql.len() <= MAX_REMEMBERED_SQL_BYTES;
         let text_key = remember.then(|| format!("{database}\0{sql}"));
         if let Some(found) = text_key.as_ref().and_then(|k| self.analyses.get(k)) {
             return Ok(found);
         }
-        let analysis = Arc::new(self.engine.analyze(database, sql).map_err(Arc::new)?);
+        let analysis = Arc::new(self.engine.analyze(database, sql)?);
         if let Some(text_key) = text_key {
             self.analyses.insert(text_key, analysis.clone());
         }

@@ -324,7 +324,7 @@ impl QuiverFlightSql {
         let engine = self.queries.engine();
         let analysis = engine
             .analyze(database, sql)
-            .map_err(|e| classified_status(&e))?;
+            .map_err(|e| classified_status(&control.hide_unreadable(e)))?;
         control
             .check_read(
                 &analysis.database,

@@ -91,12 +91,24 @@ impl StatementParser {
             .map_err(|e| error(sqlstate::SYNTAX_ERROR, format!("syntax error: {e}")))
     }
 
-    /// Analyses a query for `database` (checks it is read-only and its tables exist).
-    fn analyze(&self, database: &str, statement: SqlStatement) -> PgWireResult<QueryAnalysis> {
+    /// Analyses a query of `caller` for `database` (checks it is read-only and its tables
+    /// exist; what does not exist where the caller may not read is a refusal to read it).
+    fn analyze(
+        &self,
+        database: &str,
+        statement: SqlStatement,
+        caller: &Caller,
+    ) -> PgWireResult<QueryAnalysis> {
         self.queries
             .engine()
             .analyze_postgres(database, statement)
-            .map_err(|e| query_error(&e))
+            .map_err(|e| {
+                let control = QueryControl {
+                    grants: caller.read_grants(),
+                    ..QueryControl::default()
+                };
+                query_error(&control.hide_unreadable(e))
+            })
     }
 }
 
@@ -125,9 +137,10 @@ impl QueryParser for StatementParser {
         };
         let prepared = match classify(statement)? {
             Command::Query(statement) => {
-                let analysis = self.analyze(&database_of(client), *statement)?;
+                let caller = session_caller(client)?;
+                let analysis = self.analyze(&database_of(client), *statement, &caller)?;
                 // describing a statement shows its tables' columns: only to who may read them
-                session_caller(client)?
+                caller
                     .require_read_all(
                         std::iter::once(analysis.database.as_str())
                             .chain(analysis.tables.iter().map(|t| t.database.as_str())),
@@ -292,7 +305,11 @@ impl PgHandler {
             .map_err(|e| auth_error(&e))?;
         Ok(match command {
             Command::Query(statement) => {
-                let analysis = Arc::new(self.parser.analyze(&session.database, *statement)?);
+                let analysis = Arc::new(self.parser.analyze(
+                    &session.database,
+                    *statement,
+                    &session.caller,
+                )?);
                 let params = QueryParams::None;
                 self.run_query(&session, analysis, &params, format, None)
                     .await?

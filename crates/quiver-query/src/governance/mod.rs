@@ -107,6 +107,21 @@ impl QueryControl {
         Ok(())
     }
 
+    /// `error`, unless it says that something does not exist in a database the caller may
+    /// not read: then the refusal to read that database, so that a caller cannot learn which
+    /// databases and tables exist where it has no grant.
+    pub fn hide_unreadable(&self, error: QueryError) -> QueryError {
+        let database = match &error {
+            QueryError::DatabaseNotFound(database) => database,
+            QueryError::TableNotFound { database, .. } => database,
+            _ => return error,
+        };
+        match self.check_read(database, []) {
+            Ok(()) => error,
+            Err(denied) => denied,
+        }
+    }
+
     /// The databases the catalog shows the caller.
     pub fn visible_databases(&self) -> VisibleDatabases {
         self.grants
