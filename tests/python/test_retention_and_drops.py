@@ -232,8 +232,13 @@ def test_dropping_a_database_while_writing_and_querying(
 
 def test_retention_hides_expired_rows_at_once_and_deletes_expired_files(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
-    server = spawn_quiver("--data-dir", "data", cwd=tmp_path)
     now = time.time_ns()
+    if now % DAY_NS < 2 * HOUR_NS + 5 * 60 * 10**9:
+        # The scenario needs a row two hours old in today's UTC partition, next to a current
+        # one: until 02:05 UTC that row lands in yesterday's partition, and which files
+        # retention deletes changes with it.
+        pytest.skip("needs the current UTC day to be over 2 h old (it is 00:00-02:05 UTC)")
+    server = spawn_quiver("--data-dir", "data", cwd=tmp_path)
     response = configure(server, "POST", DATABASES, json={"db": "ret"})
     assert response.status_code == 200, response.text
     write(server, "ret", f"cpu,host=a v=1 {now - 3 * DAY_NS}\n"

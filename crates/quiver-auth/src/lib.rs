@@ -9,6 +9,7 @@
 //! - Modes ([`AuthMode`]): `loopback` (the default: token-less requests only from loopback
 //!   clients), `required`, `disabled`. [`check_startup`] refuses a non-loopback bind with no
 //!   token.
+//! - PostgreSQL logins ([`scram`]): SCRAM-SHA-256 against StoredKey and ServerKey.
 //! - Limits ([`Authenticator`]): per token, requests and written bytes per second; per client
 //!   address, failed authentications per minute.
 //!
@@ -18,6 +19,7 @@
 mod limits;
 mod permission;
 mod principal;
+pub mod scram;
 pub mod secret;
 mod store;
 

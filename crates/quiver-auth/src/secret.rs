@@ -1,8 +1,8 @@
 //! Token secrets and what is stored instead of them: a new secret is 32 random bytes
 //! (`qv_` + base64url); the server keeps only its SHA-256 digest (enough for a secret that
 //! cannot be guessed: there is nothing to brute-force) and, for PostgreSQL's SCRAM-SHA-256,
-//! the PBKDF2 salted password a SCRAM server checks proofs against. Neither gives the secret
-//! back.
+//! the salt, StoredKey and ServerKey a SCRAM server checks proofs against (as PostgreSQL
+//! stores them). None gives the secret back, and none lets its holder log in.
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
@@ -59,15 +59,19 @@ impl std::fmt::Debug for SecretDigest {
 }
 
 /// What a SCRAM-SHA-256 server needs to check a client's proof (RFC 5802): the salt, the
-/// iteration count and `SaltedPassword = PBKDF2-HMAC-SHA-256(secret, salt, iterations)`.
+/// iteration count, `StoredKey = H(HMAC(SaltedPassword, "Client Key"))` and
+/// `ServerKey = HMAC(SaltedPassword, "Server Key")`, where
+/// `SaltedPassword = PBKDF2-HMAC-SHA-256(secret, salt, iterations)`.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScramVerifier {
     /// Random salt, base64 (standard alphabet, as SCRAM sends it).
     pub salt: String,
     /// PBKDF2 iterations.
     pub iterations: u32,
-    /// The salted password, base64.
-    pub salted_password: String,
+    /// StoredKey, base64.
+    pub stored_key: String,
+    /// ServerKey, base64.
+    pub server_key: String,
 }
 
 impl std::fmt::Debug for ScramVerifier {
@@ -98,36 +102,39 @@ impl ScramVerifier {
         ScramVerifier {
             salt: STANDARD.encode(salt),
             iterations: SCRAM_ITERATIONS,
-            salted_password: STANDARD.encode(random_bytes::<32>()),
+            stored_key: STANDARD.encode(random_bytes::<32>()),
+            server_key: STANDARD.encode(random_bytes::<32>()),
         }
     }
 
-    fn with_salt(secret: &str, salt: &[u8], iterations: u32) -> Self {
+    pub(crate) fn with_salt(secret: &str, salt: &[u8], iterations: u32) -> Self {
         let mut salted = [0u8; 32];
         pbkdf2::pbkdf2_hmac::<Sha256>(secret.as_bytes(), salt, iterations, &mut salted);
+        let (stored_key, server_key) = crate::scram::keys(&salted);
         ScramVerifier {
             salt: STANDARD.encode(salt),
             iterations,
-            salted_password: STANDARD.encode(salted),
+            stored_key: STANDARD.encode(stored_key),
+            server_key: STANDARD.encode(server_key),
         }
     }
 
-    /// The salt's bytes.
-    pub fn salt_bytes(&self) -> Vec<u8> {
-        STANDARD.decode(&self.salt).unwrap_or_default()
+    /// StoredKey's bytes.
+    pub fn stored_key_bytes(&self) -> Vec<u8> {
+        STANDARD.decode(&self.stored_key).unwrap_or_default()
     }
 
-    /// The salted password's bytes.
-    pub fn salted_password_bytes(&self) -> Vec<u8> {
-        STANDARD.decode(&self.salted_password).unwrap_or_default()
+    /// ServerKey's bytes.
+    pub fn server_key_bytes(&self) -> Vec<u8> {
+        STANDARD.decode(&self.server_key).unwrap_or_default()
     }
 
     /// True if the stored fields decode (a hand-edited file may break them).
     pub fn is_well_formed(&self) -> bool {
+        let key = |text: &str| STANDARD.decode(text).is_ok_and(|k| k.len() == 32);
         STANDARD.decode(&self.salt).is_ok_and(|s| !s.is_empty())
-            && STANDARD
-                .decode(&self.salted_password)
-                .is_ok_and(|p| p.len() == 32)
+            && key(&self.stored_key)
+            && key(&self.server_key)
             && self.iterations >= SCRAM_ITERATIONS
     }
 }

@@ -3,8 +3,9 @@
 //! reports.
 //!
 //! Authentication (see `quiver_auth::Authenticator::pg_login`): the user name is a token's
-//! name and the password its secret, checked with SCRAM-SHA-256 (pgwire's implementation,
-//! against the verifier the token file keeps: the secret never crosses the wire). A loopback
+//! name and the password its secret, checked with SCRAM-SHA-256 (`quiver_auth::scram`,
+//! against the StoredKey and ServerKey the token file keeps: the secret never crosses the
+//! wire, and the file cannot be used to log in). A loopback
 //! client in the default `loopback` mode whose user name is not a token's logs in without a
 //! password (as the local caller); in the `disabled` mode everyone does. A wrong password,
 //! or an unknown user where a password is needed, is `28P01` after the whole exchange (an
@@ -17,11 +18,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
-use pgwire::api::auth::sasl::scram::ScramAuth;
-use pgwire::api::auth::sasl::{SASLState, SCRAM_SHA_256_METHOD};
 use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
-    LoginInfo, Password, StartupHandler,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    StartupHandler,
 };
 use pgwire::api::{
     ClientInfo, PgWireConnectionState, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
@@ -29,6 +28,7 @@ use pgwire::api::{
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use quiver_auth::scram::{self, AwaitingFinal, ScramError};
 use quiver_auth::{AuthError, Authenticator, Caller, PgLogin, ScramVerifier};
 use quiver_storage::Store;
 
@@ -36,18 +36,30 @@ use super::cancel::CancelRegistry;
 use super::errors::{auth_fatal, fatal, sqlstate};
 use super::settings::{database_of, user_of, QuiverParameters};
 
+/// The SASL mechanism offered.
+const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
+
 /// A login waiting for the client's SCRAM messages.
 struct PendingLogin {
     /// The token whose name the client gave (`None`: no such token; the exchange fails).
     caller: Option<Caller>,
-    state: parking_lot::Mutex<SASLState>,
+    state: parking_lot::Mutex<LoginState>,
+}
+
+/// Where a SCRAM exchange is.
+enum LoginState {
+    /// The client's first message is next, to be checked against this verifier.
+    AwaitingFirst(ScramVerifier),
+    /// The client's final message is next.
+    AwaitingFinal(Box<AwaitingFinal>),
+    /// Over (or failed).
+    Done,
 }
 
 /// Admits authenticated connections to existing databases.
 pub(super) struct Startup {
     store: Arc<Store>,
     auth: Arc<Authenticator>,
-    scram: ScramAuth,
     cancels: Arc<CancelRegistry>,
     keys: RandomPidSecretKeyGenerator,
 }
@@ -59,7 +71,6 @@ impl Startup {
         cancels: Arc<CancelRegistry>,
     ) -> Self {
         Startup {
-            scram: ScramAuth::new(Arc::new(TokenVerifiers(auth.clone()))),
             store,
             auth,
             cancels,
@@ -123,44 +134,47 @@ impl Startup {
         self.auth
             .check_not_blocked(client.socket_addr().ip())
             .map_err(|e| auth_fatal(&e))?;
-        let state = std::mem::replace(&mut *pending.state.lock(), SASLState::Finished);
-        let (message, state) = match state {
-            SASLState::Initial => {
+        let state = std::mem::replace(&mut *pending.state.lock(), LoginState::Done);
+        match state {
+            LoginState::AwaitingFirst(verifier) => {
                 let initial = message.into_sasl_initial_response()?;
-                if initial.auth_method != SCRAM_SHA_256_METHOD {
+                if initial.auth_method != SCRAM_SHA_256 {
                     return Err(PgWireError::UnsupportedSASLAuthMethod(initial.auth_method));
                 }
-                (
-                    PasswordMessageFamily::SASLInitialResponse(initial),
-                    SASLState::ScramClientFirstReceived,
-                )
+                let data = initial.data.unwrap_or_default();
+                let (first, awaiting) =
+                    scram::server_first(verifier, &data, &scram::server_nonce())
+                        .map_err(scram_error)?;
+                *pending.state.lock() = LoginState::AwaitingFinal(Box::new(awaiting));
+                client
+                    .send(PgWireBackendMessage::Authentication(
+                        Authentication::SASLContinue(first.into_bytes().into()),
+                    ))
+                    .await?;
+                Ok(())
             }
-            state => (
-                PasswordMessageFamily::SASLResponse(message.into_sasl_response()?),
-                state,
-            ),
-        };
-        let (reply, next) = match self
-            .scram
-            .process_scram_message(client, message, &state)
-            .await
-        {
-            Ok(step) => step,
-            Err(PgWireError::InvalidPassword(_)) => {
-                return Err(self.login_failed(client, AuthError::InvalidToken));
+            LoginState::AwaitingFinal(awaiting) => {
+                let response = message.into_sasl_response()?;
+                let last = match awaiting.finish(&response.data) {
+                    Ok(last) => last,
+                    Err(ScramError::WrongProof) => {
+                        return Err(self.login_failed(client, AuthError::InvalidToken))
+                    }
+                    Err(e) => return Err(scram_error(e)),
+                };
+                match &pending.caller {
+                    Some(caller) if !caller.is_revoked() => {
+                        client
+                            .send(PgWireBackendMessage::Authentication(
+                                Authentication::SASLFinal(last.into_bytes().into()),
+                            ))
+                            .await?;
+                        self.admit(client, caller.clone()).await
+                    }
+                    _ => Err(self.login_failed(client, AuthError::InvalidToken)),
+                }
             }
-            Err(e) => return Err(e),
-        };
-        client
-            .send(PgWireBackendMessage::Authentication(reply))
-            .await?;
-        if !matches!(next, SASLState::Finished) {
-            *pending.state.lock() = next;
-            return Ok(());
-        }
-        match &pending.caller {
-            Some(caller) if !caller.is_revoked() => self.admit(client, caller.clone()).await,
-            _ => Err(self.login_failed(client, AuthError::InvalidToken)),
+            LoginState::Done => Err(PgWireError::InvalidSASLState),
         }
     }
 
@@ -202,15 +216,15 @@ impl StartupHandler for Startup {
                     .map_err(|e| auth_fatal(&e))?;
                 match login {
                     PgLogin::Trusted(caller) => self.admit(client, caller).await,
-                    PgLogin::Scram(_, caller) => {
+                    PgLogin::Scram(verifier, caller) => {
                         client.session_extensions().insert(PendingLogin {
                             caller,
-                            state: parking_lot::Mutex::new(SASLState::Initial),
+                            state: parking_lot::Mutex::new(LoginState::AwaitingFirst(verifier)),
                         });
                         client.set_state(PgWireConnectionState::AuthenticationInProgress);
                         client
                             .send(PgWireBackendMessage::Authentication(Authentication::SASL(
-                                vec![SCRAM_SHA_256_METHOD.to_string()],
+                                vec![SCRAM_SHA_256.to_string()],
                             )))
                             .await?;
                         Ok(())
@@ -229,23 +243,7 @@ impl StartupHandler for Startup {
     }
 }
 
-/// The SCRAM verifiers pgwire checks proofs against: the token's of that name, or one nobody
-/// passes.
-#[derive(Debug)]
-struct TokenVerifiers(Arc<Authenticator>);
-
-#[async_trait]
-impl AuthSource for TokenVerifiers {
-    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
-        let user = login.user().unwrap_or_default();
-        let verifier = self
-            .0
-            .tokens()
-            .scram_login(user)
-            .map_or_else(|| ScramVerifier::impossible(user), |(verifier, _)| verifier);
-        Ok(Password::new(
-            Some(verifier.salt_bytes()),
-            verifier.salted_password_bytes(),
-        ))
-    }
+/// A malformed SCRAM message: a protocol violation (`08P01`), fatal.
+fn scram_error(e: ScramError) -> PgWireError {
+    PgWireError::InvalidScramMessage(e.to_string())
 }
