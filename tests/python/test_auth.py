@@ -214,7 +214,7 @@ def test_cached_answers_never_cross_scopes(secured) -> None:
     with flight_sql.connect(server.flight_uri, db_kwargs={
             DATABASE_HEADER: DB, AUTHORIZATION_HEADER: f"Bearer {reader}"},
             autocommit=True) as conn, conn.cursor() as cursor:
-        with pytest.raises(Exception, match="(?i)permission|lacks"):
+        with pytest.raises(Exception, match=f"lacks db:{OTHER}:read"):
             cursor.execute(other_sql)
             cursor.fetchall()
     # what the reader may read it gets, under its own scope
@@ -252,6 +252,10 @@ def test_postgres_logs_in_with_scram_and_checks_grants(secured) -> None:
         connect("reader", None)  # libpq: no password supplied
     with connect("admin", admin, db=OTHER) as conn:
         assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (1,)
+    # a database it may not read is refused alike whether it exists or not
+    for db in (OTHER, "nosuchdb"):
+        with pytest.raises(psycopg.OperationalError, match=f"lacks db:{db}:read"):
+            connect("reader", reader, db=db)
 
     # revoked while a session is open: its next statement fails and the session ends
     session = connect("reader", reader)
@@ -283,7 +287,7 @@ def test_flight_sql_checks_tokens_handles_and_grants(secured) -> None:
     with connect(username="reader", password=reader) as conn, conn.cursor() as cursor:
         cursor.execute("SELECT count(*) AS n FROM cpu")
         assert cursor.fetchall() == [(2,)]
-    with pytest.raises(Exception, match="(?i)unauthenticated|token"):
+    with pytest.raises(Exception, match="auth = required"):
         with connect() as conn, conn.cursor() as cursor:
             cursor.execute("SELECT 1")
     with pytest.raises(Exception, match="(?i)unauthenticated|invalid token"):
@@ -295,6 +299,14 @@ def test_flight_sql_checks_tokens_handles_and_grants(secured) -> None:
     with connect(**{AUTHORIZATION_HEADER: f"Bearer {reader}"}) as conn:
         with conn.cursor() as cursor, pytest.raises(Exception, match="(?i)lacks db:metrics:write"):
             cursor.adbc_ingest("ingested", table, mode="create")
+
+    # an expired or made-up handle is refused without counting as a failed login: far more
+    # of them than the failed-login limit (30 a minute) leave the address unblocked
+    stale = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer " + b"ab" * 16)])
+    for _ in range(40):
+        with pytest.raises(flight.FlightUnauthenticatedError, match="expired Flight SQL handle"):
+            flight.FlightClient(server.flight_uri).get_flight_info(CATALOGS, stale)
+    assert query(server, "SELECT 1", bearer(reader)).status_code == 200
 
     # a handshake handle dies with its token
     client = flight.FlightClient(server.flight_uri)

@@ -27,7 +27,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine;
 use quiver_model::{Classify, ErrorKind};
 use serde::{Deserialize, Serialize};
@@ -175,9 +175,11 @@ pub enum Presented<'a> {
 }
 
 /// The token an `Authorization` header value carries: `Bearer <t>`, `Token <t>` (InfluxDB's
-/// spelling) or `Basic base64(user:<t>)` (the password is the token; InfluxDB 1 clients send
-/// it so). The scheme is case-insensitive.
-pub fn token_from_authorization(value: &[u8]) -> Result<String, AuthError> {
+/// spelling) or `Basic base64(user:<t>)` (the password is the token; InfluxDB 1 clients and
+/// Flight SQL handshakes send it so). The scheme is case-insensitive. `None`: `Basic` with an
+/// empty password, which presents no token (a client that must send a user name but has no
+/// token).
+pub fn token_from_authorization(value: &[u8]) -> Result<Option<String>, AuthError> {
     if value.len() > MAX_CREDENTIAL_BYTES * 2 {
         return Err(AuthError::Malformed(format!(
             "the Authorization header is longer than {} bytes",
@@ -191,7 +193,10 @@ pub fn token_from_authorization(value: &[u8]) -> Result<String, AuthError> {
     let rest = rest.trim();
     let token = match scheme.to_ascii_lowercase().as_str() {
         "bearer" | "token" => rest.to_string(),
-        "basic" => basic_password(rest)?,
+        "basic" => match basic_password(rest)? {
+            password if password.is_empty() => return Ok(None),
+            password => password,
+        },
         _ => {
             return Err(AuthError::Malformed(
                 "Authorization must be `Bearer <token>`, `Token <token>` or `Basic` with the token as the password".into(),
@@ -203,13 +208,14 @@ pub fn token_from_authorization(value: &[u8]) -> Result<String, AuthError> {
             "the token is empty or holds spaces or control characters".into(),
         ));
     }
-    Ok(token)
+    Ok(Some(token))
 }
 
-/// The password of `Basic` credentials (`base64(user:password)`).
-pub fn basic_password(encoded: &str) -> Result<String, AuthError> {
+/// The password of `Basic` credentials (`base64(user:password)`, padded or not).
+fn basic_password(encoded: &str) -> Result<String, AuthError> {
     let decoded = STANDARD
         .decode(encoded)
+        .or_else(|_| STANDARD_NO_PAD.decode(encoded))
         .map_err(|_| AuthError::Malformed("Basic credentials are not base64".into()))?;
     let decoded = String::from_utf8(decoded)
         .map_err(|_| AuthError::Malformed("Basic credentials are not UTF-8".into()))?;
@@ -262,11 +268,6 @@ impl Authenticator {
         }
     }
 
-    /// The mode.
-    pub fn mode(&self) -> AuthMode {
-        self.settings.auth
-    }
-
     /// The token store (for the admin API).
     pub fn tokens(&self) -> &Arc<TokenStore> {
         &self.tokens
@@ -308,7 +309,8 @@ impl Authenticator {
             None => self.authenticate(Presented::Nothing, peer),
             Some(_) if self.settings.auth == AuthMode::Disabled => Ok(self.local.clone()),
             Some(value) => match token_from_authorization(value) {
-                Ok(token) => self.authenticate(Presented::Token(&token), peer),
+                Ok(Some(token)) => self.authenticate(Presented::Token(&token), peer),
+                Ok(None) => self.authenticate(Presented::Nothing, peer),
                 Err(e) => Err(self.failed(peer, e)),
             },
         }
@@ -522,15 +524,24 @@ mod tests {
 
     #[test]
     fn authorization_headers_in_every_spelling() {
-        assert_eq!(token_from_authorization(b"Bearer abc").unwrap(), "abc");
-        assert_eq!(token_from_authorization(b"token  abc ").unwrap(), "abc");
-        let basic = format!("Basic {}", STANDARD.encode("user:abc"));
-        assert_eq!(token_from_authorization(basic.as_bytes()).unwrap(), "abc");
+        let token = |value: &str| token_from_authorization(value.as_bytes()).unwrap();
+        assert_eq!(token("Bearer abc").as_deref(), Some("abc"));
+        assert_eq!(token("token  abc ").as_deref(), Some("abc"));
+        // Basic, padded or not; an empty password presents no token
+        let padded = STANDARD.encode("user:ab");
+        assert!(padded.ends_with('='));
+        assert_eq!(token(&format!("Basic {padded}")).as_deref(), Some("ab"));
+        assert_eq!(
+            token(&format!("basic {}", padded.trim_end_matches('='))).as_deref(),
+            Some("ab")
+        );
+        assert_eq!(token(&format!("Basic {}", STANDARD.encode("user:"))), None);
         for bad in [
             &b"Bearer"[..],
             b"Bearer a b",
             b"Digest x",
             b"Basic !!!",
+            b"Basic YWJj", // "abc": no `user:` part
             b"\xff\xfe",
             b"Bearer \x01",
         ] {

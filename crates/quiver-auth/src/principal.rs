@@ -96,11 +96,6 @@ impl Principal {
         self.admin
     }
 
-    /// The token's permissions (none listed for admins: they may do everything).
-    pub fn permissions(&self) -> &[Permission] {
-        &self.permissions
-    }
-
     /// The result-cache scope: callers with the same grants share cached answers, others
     /// never do.
     pub fn scope(&self) -> &AccessScope {

@@ -320,8 +320,10 @@ impl TokenStore {
                 "cannot open the lock file {}",
                 self.lock_path.display()
             )))?;
-        lock.lock()
-            .map_err(io_context("cannot lock the token file"))?;
+        lock.lock().map_err(io_context(format!(
+            "cannot lock {}",
+            self.lock_path.display()
+        )))?;
         let mut file = read_file(&self.path)?.unwrap_or_default();
         edit(&mut file)?;
         file.version = 1;

@@ -30,16 +30,6 @@ use crate::stats::{CacheStats, Counters};
 /// Statements longer than this are analysed afresh each time rather than remembered by text.
 const MAX_REMEMBERED_SQL_BYTES: usize = 64 << 10;
 
-/// Fails unless the caller of `control` may read every database `analysis` reads: checked
-/// before the cache is consulted, so a cached answer never reaches a caller who may not read
-/// every table it came from.
-fn check_read(analysis: &QueryAnalysis, control: &QueryControl) -> Result<(), QueryError> {
-    control.check_read(
-        &analysis.database,
-        analysis.tables.iter().map(|table| table.database.as_str()),
-    )
-}
-
 /// One query as a protocol hands it over.
 #[derive(Debug, Clone, Default)]
 pub struct QueryRequest {
@@ -207,7 +197,9 @@ impl QueryService {
         params: &QueryParams,
         how: Run<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
-        check_read(&analysis, how.control).map_err(Arc::new)?;
+        // before the cache is consulted: a cached answer never reaches a caller who may not
+        // read every table it came from
+        how.control.check_analysis(&analysis).map_err(Arc::new)?;
         let answer = self.answer(analysis, params, how).await;
         if let Ok(answer) = &answer {
             self.log(answer.verdict);
@@ -220,7 +212,7 @@ impl QueryService {
     /// before fetching it (Flight SQL's `GetFlightInfo`) uses instead of planning the query.
     pub fn peek(&self, request: &QueryRequest) -> Option<CachedAnswer> {
         let analysis = self.analysis(&request.database, &request.sql).ok()?;
-        check_read(&analysis, &request.control).ok()?;
+        request.control.check_analysis(&analysis).ok()?;
         let how = Run {
             scope: &request.scope,
             no_cache: request.no_cache,

@@ -71,7 +71,6 @@ use arrow_flight::{
     Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
     HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
-use base64::Engine;
 use datafusion::common::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
@@ -291,6 +290,13 @@ impl QuiverFlightSql {
                     .and_then(|handle| self.sessions.get(handle.trim()));
                 match handle {
                     Some(caller) => self.auth.admit_handle(&caller, peer).map(|()| caller),
+                    // a handle that expired or predates a restart (128 random bits: not worth
+                    // guessing) is not a failed login counted against the client's address
+                    None if is_handle(value) => {
+                        return Err(Status::unauthenticated(
+                            "unknown or expired Flight SQL handle: do the Handshake again",
+                        ))
+                    }
                     None => self.auth.authenticate_header(Some(value.as_bytes()), peer),
                 }
             }
@@ -326,10 +332,7 @@ impl QuiverFlightSql {
             .analyze(database, sql)
             .map_err(|e| classified_status(&control.hide_unreadable(e)))?;
         control
-            .check_read(
-                &analysis.database,
-                analysis.tables.iter().map(|t| t.database.as_str()),
-            )
+            .check_analysis(&analysis)
             .map_err(|e| classified_status(&e))?;
         let description = engine
             .describe(&analysis)
@@ -468,6 +471,17 @@ fn single_batch<E: std::fmt::Display>(
     )))
 }
 
+/// True if `authorization` is `Bearer <handle>` with a handle's shape (32 hex digits, see
+/// `QuiverFlightSql::new_handle`), not a token's (`qv_...`).
+fn is_handle(authorization: &MetadataValue<tonic::metadata::Ascii>) -> bool {
+    authorization
+        .to_str()
+        .ok()
+        .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
+        .map(str::trim)
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 fn strip_prefix_ignore_case<'a>(value: &'a str, prefix: &str) -> Option<&'a str> {
     (value.len() >= prefix.len() && value[..prefix.len()].eq_ignore_ascii_case(prefix))
         .then(|| &value[prefix.len()..])
@@ -577,23 +591,6 @@ fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes, Status> {
     Ok(bytes)
 }
 
-/// Decodes `user:password` from HTTP Basic credentials (padded or unpadded base64).
-fn basic_credentials(header: &str) -> Result<(String, String), Status> {
-    let encoded = strip_prefix_ignore_case(header, "basic ")
-        .ok_or_else(|| Status::unauthenticated("handshake needs `authorization: Basic …`"))?
-        .trim();
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
-        .map_err(|_| Status::unauthenticated("Basic credentials are not valid base64"))?;
-    let text = String::from_utf8(decoded)
-        .map_err(|_| Status::unauthenticated("Basic credentials are not UTF-8"))?;
-    let (user, password) = text
-        .split_once(':')
-        .ok_or_else(|| Status::unauthenticated("Basic credentials must be user:password"))?;
-    Ok((user.to_string(), password.to_string()))
-}
-
 /// Placeholder values from the one-row batch a client binds: columns named `$1`, `$2`, ...
 /// (or unnamed/numbered) bind positionally, columns named otherwise bind `$name`.
 fn params_from_batch(batch: &RecordBatch) -> Result<QueryParams, Status> {
@@ -634,27 +631,13 @@ impl FlightSqlService for QuiverFlightSql {
         let peer = request
             .remote_addr()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
-        let caller = match request.metadata().get("authorization") {
-            // Basic: the token is the password (none: the local caller, where admitted)
-            Some(value)
-                if value
-                    .to_str()
-                    .is_ok_and(|v| strip_prefix_ignore_case(v, "basic ").is_some()) =>
-            {
-                let header = value.to_str().unwrap_or_default();
-                let (_user, password) = basic_credentials(header)?;
-                let presented = if password.is_empty() {
-                    Presented::Nothing
-                } else {
-                    Presented::Token(&password)
-                };
-                self.auth.authenticate(presented, peer)
-            }
-            // `Bearer <token>` (what the Flight SQL JDBC driver's `token` property sends)
-            Some(value) => self.auth.authenticate_header(Some(value.as_bytes()), peer),
-            None => self.auth.authenticate(Presented::Nothing, peer),
-        }
-        .map_err(|e| classified_status(&e))?;
+        // Basic (the token is the password; an empty one: the local caller, where admitted),
+        // `Bearer <token>` (the Flight SQL JDBC driver's `token` property) or nothing
+        let authorization = request.metadata().get("authorization");
+        let caller = self
+            .auth
+            .authenticate_header(authorization.map(|value| value.as_bytes()), peer)
+            .map_err(|e| classified_status(&e))?;
         self.auth
             .admit_request(&caller)
             .map_err(|e| classified_status(&e))?;
@@ -1111,22 +1094,5 @@ mod tests {
         assert_eq!(grpc_timeout("S"), None);
         assert_eq!(grpc_timeout("12x"), None);
         assert_eq!(grpc_timeout("123456789S"), None);
-    }
-
-    #[test]
-    fn basic_credentials_accept_padded_and_unpadded_base64() {
-        let padded = base64::engine::general_purpose::STANDARD.encode("ab:c");
-        assert!(padded.ends_with('='));
-        let unpadded = padded.trim_end_matches('=');
-        for header in [format!("Basic {padded}"), format!("basic {unpadded}")] {
-            assert_eq!(
-                basic_credentials(&header).unwrap(),
-                ("ab".to_string(), "c".to_string())
-            );
-        }
-        assert!(basic_credentials("Bearer x").is_err());
-        assert!(basic_credentials("Basic !!!").is_err());
-        let no_colon = base64::engine::general_purpose::STANDARD.encode("abc");
-        assert!(basic_credentials(&format!("Basic {no_colon}")).is_err());
     }
 }

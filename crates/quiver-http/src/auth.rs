@@ -25,6 +25,7 @@ use quiver_auth::{Action, Caller, Permission, Presented};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::blocking::off_the_workers;
 use super::error::ApiError;
 use super::AppState;
 use crate::params::{check_params, required};
@@ -123,11 +124,10 @@ pub async fn create_token(
     }
     let tokens = app.auth.tokens().clone();
     let name = request.name.clone();
-    let created = tokio::task::spawn_blocking(move || {
-        tokens.create(&request.name, request.admin, &permissions)
+    let created = off_the_workers("token creation", move || {
+        Ok(tokens.create(&request.name, request.admin, &permissions)?)
     })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    .await?;
     tracing::info!(token = %name, by = %caller.name(), admin = created.info.admin, permissions = ?created.info.permissions, "token created");
     Ok((
         StatusCode::CREATED,
@@ -157,9 +157,7 @@ pub async fn revoke_token(
     let name = required(&params, "name")?;
     let tokens = app.auth.tokens().clone();
     let revoked = name.clone();
-    tokio::task::spawn_blocking(move || tokens.revoke(&revoked))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    off_the_workers("token revocation", move || Ok(tokens.revoke(&revoked)?)).await?;
     tracing::info!(token = %name, by = %caller.name(), "token revoked");
     Ok(Json(json!({ "revoked": name })))
 }

@@ -153,8 +153,12 @@ fn without_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> 
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-/// Rows per row group of a Parquet answer (what the encoder holds before it sends).
+/// Rows per row group of a Parquet answer (what the encoder holds before it sends)...
 const PARQUET_ANSWER_ROW_GROUP_ROWS: usize = 65_536;
+
+/// ... and bytes: a row group ends at whichever comes first, so wide rows cannot make the
+/// encoder hold gigabytes before the first byte goes out.
+const PARQUET_ANSWER_ROW_GROUP_BYTES: usize = 8 << 20;
 
 /// Where a streaming encoder writes: a buffer the bytes of each batch are taken from.
 #[derive(Clone, Default)]
@@ -220,6 +224,7 @@ impl StreamEncoder {
                 let properties = WriterProperties::builder()
                     .set_compression(Compression::ZSTD(ZstdLevel::default()))
                     .set_max_row_group_row_count(Some(PARQUET_ANSWER_ROW_GROUP_ROWS))
+                    .set_max_row_group_bytes(Some(PARQUET_ANSWER_ROW_GROUP_BYTES))
                     .build();
                 Writer::Parquet(
                     ArrowWriter::try_new(sink.clone(), schema.clone(), Some(properties))

@@ -99,16 +99,20 @@ impl StatementParser {
         statement: SqlStatement,
         caller: &Caller,
     ) -> PgWireResult<QueryAnalysis> {
-        self.queries
+        let control = QueryControl {
+            grants: caller.read_grants(),
+            ..QueryControl::default()
+        };
+        let analysis = self
+            .queries
             .engine()
             .analyze_postgres(database, statement)
-            .map_err(|e| {
-                let control = QueryControl {
-                    grants: caller.read_grants(),
-                    ..QueryControl::default()
-                };
-                query_error(&control.hide_unreadable(e))
-            })
+            .map_err(|e| query_error(&control.hide_unreadable(e)))?;
+        // describing a statement shows its tables' columns: only to who may read them
+        control
+            .check_analysis(&analysis)
+            .map_err(|e| query_error(&e))?;
+        Ok(analysis)
     }
 }
 
@@ -139,13 +143,6 @@ impl QueryParser for StatementParser {
             Command::Query(statement) => {
                 let caller = session_caller(client)?;
                 let analysis = self.analyze(&database_of(client), *statement, &caller)?;
-                // describing a statement shows its tables' columns: only to who may read them
-                caller
-                    .require_read_all(
-                        std::iter::once(analysis.database.as_str())
-                            .chain(analysis.tables.iter().map(|t| t.database.as_str())),
-                    )
-                    .map_err(|e| auth_error(&e))?;
                 let description = self
                     .queries
                     .engine()

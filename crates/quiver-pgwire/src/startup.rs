@@ -29,7 +29,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use quiver_auth::scram::{self, AwaitingFinal, ScramError};
-use quiver_auth::{AuthError, Authenticator, Caller, PgLogin, ScramVerifier};
+use quiver_auth::{Action, AuthError, Authenticator, Caller, PgLogin, ScramVerifier};
 use quiver_storage::Store;
 
 use super::cancel::CancelRegistry;
@@ -81,6 +81,11 @@ impl Startup {
     /// Fails with `3D000` unless `database` exists; the message lists the ones the caller
     /// may see.
     fn check_database(&self, database: &str, caller: &Caller) -> PgWireResult<()> {
+        // a database the caller may not read is refused the same way whether it exists or
+        // not: names cannot be probed by logging in
+        caller
+            .require(Action::Read, database)
+            .map_err(|e| auth_fatal(&e))?;
         if self.store.database(database).is_some() {
             return Ok(());
         }

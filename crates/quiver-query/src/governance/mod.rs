@@ -107,6 +107,15 @@ impl QueryControl {
         Ok(())
     }
 
+    /// Fails unless the caller may read everything `analysis` reads: its database and the
+    /// database of every table.
+    pub fn check_analysis(&self, analysis: &crate::QueryAnalysis) -> Result<(), QueryError> {
+        self.check_read(
+            &analysis.database,
+            analysis.tables.iter().map(|table| table.database.as_str()),
+        )
+    }
+
     /// `error`, unless it says that something does not exist in a database the caller may
     /// not read: then the refusal to read that database, so that a caller cannot learn which
     /// databases and tables exist where it has no grant.

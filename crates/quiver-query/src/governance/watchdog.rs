@@ -65,11 +65,6 @@ fn watch(governor: Weak<Governor>, limit: u64) {
                 trimmed = true;
                 continue;
             }
-            // still over with the last victim gone: only a query holding memory the pools
-            // see is chosen now, never a newcomer for memory the process kept elsewhere
-            if queries.iter().all(|q| q.memory_bytes() == 0) {
-                continue;
-            }
         }
         let running = queries.iter().filter(|q| {
             q.running.load(std::sync::atomic::Ordering::Relaxed) && !q.stop.is_cancelled()
@@ -79,6 +74,11 @@ fn watch(governor: Weak<Governor>, limit: u64) {
         else {
             continue;
         };
+        // still over with an earlier victim gone: only a query holding memory the pools see is
+        // chosen now, never a newcomer for memory the process kept elsewhere
+        if last.is_some() && victim.memory_bytes() == 0 {
+            continue;
+        }
         tracing::warn!(
             id = victim.id,
             resident,
