@@ -40,19 +40,30 @@ public class JdbcClients {
         // with SCRAM-SHA-256), its secret the password and the Flight SQL bearer token.
         String tokenName = System.getenv("QUIVER_TOKEN_NAME");
         String token = System.getenv("QUIVER_TOKEN");
+        // With QUIVER_TLS_CA (a CA's PEM file), both drivers connect over TLS to "localhost",
+        // checking the server's certificate chain and name against that CA.
+        String tlsCa = System.getenv("QUIVER_TLS_CA");
+        String host = tlsCa == null ? "127.0.0.1" : "localhost";
         Properties pg = new Properties();
         pg.setProperty("user", tokenName);
         pg.setProperty("password", token);
-        String pgUrl = "jdbc:postgresql://127.0.0.1:" + pgPort + "/" + database;
+        if (tlsCa != null) {
+            pg.setProperty("sslmode", "verify-full");
+            pg.setProperty("sslrootcert", tlsCa);
+        }
+        String pgUrl = "jdbc:postgresql://" + host + ":" + pgPort + "/" + database;
         try (Connection conn = DriverManager.getConnection(pgUrl, pg)) {
             exercise("pgjdbc", conn, database, queries, all);
         }
 
         // Properties the driver does not know are sent as gRPC headers: `database` chooses it.
-        String flightUrl = "jdbc:arrow-flight-sql://127.0.0.1:" + flightPort
-                + "/?useEncryption=false&database=" + database;
+        String flightUrl = "jdbc:arrow-flight-sql://" + host + ":" + flightPort
+                + "/?useEncryption=" + (tlsCa != null) + "&database=" + database;
         Properties flight = new Properties();
         flight.setProperty("token", token);
+        if (tlsCa != null) {
+            flight.setProperty("tlsRootCerts", tlsCa);
+        }
         try (Connection conn = DriverManager.getConnection(flightUrl, flight)) {
             exercise("flight-sql-jdbc", conn, database, queries, all);
         }

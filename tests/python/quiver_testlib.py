@@ -75,8 +75,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(tail) if tail else "<server log is empty>"
 
 
-def wait_for_health(proc: subprocess.Popen, base_url: str, log_path: Path) -> None:
-    """Poll ``/health`` until it answers 200; fail if the server exits or times out."""
+def wait_for_health(proc: subprocess.Popen, base_url: str, log_path: Path,
+                    verify: bool | str = True) -> None:
+    """Poll ``/health`` until it answers 200; fail if the server exits or times out.
+    ``verify`` is ``requests``' (the CA file of an ``https://`` server)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     last_error = "no attempt yet"
     while time.monotonic() < deadline:
@@ -88,7 +90,7 @@ def wait_for_health(proc: subprocess.Popen, base_url: str, log_path: Path) -> No
                 pytrace=False,
             )
         try:
-            resp = requests.get(f"{base_url}/health", timeout=2)
+            resp = requests.get(f"{base_url}/health", timeout=2, verify=verify)
             if resp.status_code == 200:
                 return
             last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"

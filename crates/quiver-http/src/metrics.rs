@@ -71,6 +71,10 @@ fn describe() {
             "quiver_rate_limited_total",
             "Requests refused by a rate limit, by limit.",
         ),
+        (
+            "quiver_tls_handshake_failures_total",
+            "TLS handshakes that failed or timed out (untrusting clients, scanners, plain-text clients on a TLS port), by protocol.",
+        ),
         ("quiver_wal_records_total", "WAL records written."),
         ("quiver_wal_bytes_total", "WAL bytes written."),
         (

@@ -1,6 +1,11 @@
-//! One PostgreSQL connection: SSL and GSS encryption requests refused (the client then goes on
-//! in the clear, as with a PostgreSQL server without TLS), then pgwire's message processing in
-//! a loop that writes replies in batches.
+//! One PostgreSQL connection: encryption negotiated (TLS when the server has a certificate,
+//! through `SSLRequest` or PostgreSQL 17's direct TLS; GSS encryption refused, so the client
+//! goes on in the clear), then pgwire's message processing in a loop that writes replies in
+//! batches.
+//!
+//! With TLS configured, a client that is not on this machine must encrypt: its unencrypted
+//! startup is refused (`28000`), so a client set to `sslmode=prefer` cannot be talked out of
+//! TLS by someone in the middle. Loopback clients may still connect in the clear.
 //!
 //! pgwire flushes the socket after nearly every reply (ParseComplete, BindComplete,
 //! CommandComplete, ReadyForQuery), so a pipelined query cost three `send` calls, and on
@@ -10,6 +15,7 @@
 //! client gets many answers per call. At most [`MAX_HELD_BYTES`] are held.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -22,18 +28,24 @@ use pgwire::messages::response::{GssEncResponse, SslResponse};
 use pgwire::messages::SslNegotiationMetaMessage;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
+use quiver_tls::{TlsAcceptor, TlsStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
+use tokio_util::either::Either;
 
+use super::errors::{fatal, sqlstate};
 use super::handler::Prepared;
 use super::PgServer;
 
 /// Replies held at most before they are written anyway.
 const MAX_HELD_BYTES: usize = 64 << 10;
 
-/// How long a client may take to finish startup (as pgwire allows).
+/// How long a client may take to finish startup (as pgwire allows), TLS handshake included.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The ALPN identifier of the PostgreSQL protocol, which direct TLS requires.
+const POSTGRES_ALPN: &[u8] = b"postgresql";
 
 type Socket = Framed<HeldWrites, PgWireMessageServerCodec<Arc<Prepared>>>;
 
@@ -41,17 +53,15 @@ type Socket = Framed<HeldWrites, PgWireMessageServerCodec<Arc<Prepared>>>;
 pub(super) async fn serve(stream: TcpStream, server: Arc<PgServer>) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let addr = stream.peer_addr()?;
-    if starts_with_tls_handshake(&stream).await? {
-        return Ok(()); // direct TLS: not offered
-    }
-    let codec = PgWireMessageServerCodec::new(DefaultClient::new(addr, false));
-    let mut socket: Socket = Framed::new(HeldWrites::new(stream), codec);
     let startup_deadline = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup_deadline);
-    tokio::select! {
+    let mut socket = tokio::select! {
         () = &mut startup_deadline => return Ok(()),
-        refused = refuse_encryption(&mut socket) => if !refused? { return Ok(()) },
-    }
+        negotiated = negotiate(stream, addr, server.tls.as_ref()) => match negotiated? {
+            Some(socket) => socket,
+            None => return Ok(()),
+        },
+    };
     socket.set_state(PgWireConnectionState::AwaitingStartup);
     let copy = Arc::new(NoopHandler);
     loop {
@@ -106,31 +116,119 @@ pub(super) async fn serve(stream: TcpStream, server: Arc<PgServer>) -> io::Resul
     Ok(())
 }
 
+/// A framed connection over `transport`, before startup.
+fn framed(transport: Transport, addr: SocketAddr) -> Socket {
+    let secure = matches!(transport, Either::Right(_));
+    let codec = PgWireMessageServerCodec::new(DefaultClient::new(addr, secure));
+    Framed::new(HeldWrites::new(transport), codec)
+}
+
+/// Settles encryption up to the client's startup message: the connection to go on with, or
+/// `None` if it ends here (the client left, broke the protocol, or must encrypt and did not).
+async fn negotiate(
+    stream: TcpStream,
+    addr: SocketAddr,
+    tls: Option<&TlsAcceptor>,
+) -> io::Result<Option<Socket>> {
+    if starts_with_tls_handshake(&stream).await? {
+        // PostgreSQL 17's direct TLS (`sslnegotiation=direct`): it requires ALPN.
+        let Some(acceptor) = tls else {
+            return Ok(None);
+        };
+        let stream = handshake(acceptor, stream).await?;
+        if stream.get_ref().1.alpn_protocol() != Some(POSTGRES_ALPN) {
+            tracing::debug!(%addr, "direct TLS without the postgresql ALPN: refused");
+            return Ok(None);
+        }
+        return negotiate_inside(framed(Either::Right(Box::new(stream)), addr), addr).await;
+    }
+    let mut socket = framed(Either::Left(stream), addr);
+    loop {
+        match socket.next().await {
+            Some(Ok(PgWireFrontendMessage::SslNegotiation(
+                SslNegotiationMetaMessage::PostgresSsl(_),
+            ))) => match tls {
+                Some(acceptor) => {
+                    let Some(stream) = accept_tls(socket, acceptor).await? else {
+                        return Ok(None);
+                    };
+                    return negotiate_inside(framed(Either::Right(Box::new(stream)), addr), addr)
+                        .await;
+                }
+                None => {
+                    socket
+                        .send(PgWireBackendMessage::SslResponse(SslResponse::Refuse))
+                        .await?
+                }
+            },
+            Some(Ok(PgWireFrontendMessage::SslNegotiation(
+                SslNegotiationMetaMessage::PostgresGss(_),
+            ))) => {
+                socket
+                    .send(PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse))
+                    .await?
+            }
+            Some(Ok(PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None))) => {
+                if tls.is_some() && !quiver_auth::is_loopback(addr.ip()) {
+                    let refusal = fatal(
+                        sqlstate::INVALID_AUTHORIZATION,
+                        "this server takes connections from other machines only over TLS: connect with sslmode=require or sslmode=verify-full",
+                    );
+                    process_error(&mut socket, refusal, false).await?;
+                    return Ok(None);
+                }
+                return Ok(Some(socket));
+            }
+            _ => return Ok(None),
+        }
+    }
+}
+
+/// Accepts the client's `SSLRequest` and performs the TLS handshake on the raw connection.
+async fn accept_tls(
+    mut socket: Socket,
+    acceptor: &TlsAcceptor,
+) -> io::Result<Option<TlsStream<TcpStream>>> {
+    socket
+        .send(PgWireBackendMessage::SslResponse(SslResponse::Accept))
+        .await?;
+    if !socket.read_buffer().is_empty() {
+        // Bytes sent after SSLRequest but before the handshake would be taken as coming
+        // through TLS (CVE-2021-23214): refused.
+        return Ok(None);
+    }
+    let Either::Left(stream) = socket.into_inner().stream else {
+        return Ok(None);
+    };
+    Ok(Some(handshake(acceptor, stream).await?))
+}
+
+/// The TLS handshake, counted when it fails.
+async fn handshake(acceptor: &TlsAcceptor, stream: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+    acceptor.accept(stream).await.inspect_err(|_| {
+        quiver_tls::Protocol::Postgres.handshake_failed();
+    })
+}
+
+/// Inside TLS, only the startup message may follow (a second `SSLRequest` or a GSS request
+/// breaks the protocol).
+async fn negotiate_inside(mut socket: Socket, addr: SocketAddr) -> io::Result<Option<Socket>> {
+    match socket.next().await {
+        Some(Ok(PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None))) => {
+            Ok(Some(socket))
+        }
+        _ => {
+            tracing::debug!(%addr, "a second encryption request inside TLS: refused");
+            Ok(None)
+        }
+    }
+}
+
 /// True if the client opened with a TLS ClientHello instead of the PostgreSQL protocol.
 async fn starts_with_tls_handshake(stream: &TcpStream) -> io::Result<bool> {
     let mut first = [0u8; 1];
     let n = stream.peek(&mut first).await?;
     Ok(n > 0 && first[0] == 0x16)
-}
-
-/// Answers "no" to SSL and GSS encryption requests until the client sends its startup
-/// message; false if it went away instead.
-async fn refuse_encryption(socket: &mut Socket) -> io::Result<bool> {
-    loop {
-        let refusal = match socket.next().await {
-            Some(Ok(PgWireFrontendMessage::SslNegotiation(
-                SslNegotiationMetaMessage::PostgresSsl(_),
-            ))) => PgWireBackendMessage::SslResponse(SslResponse::Refuse),
-            Some(Ok(PgWireFrontendMessage::SslNegotiation(
-                SslNegotiationMetaMessage::PostgresGss(_),
-            ))) => PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse),
-            Some(Ok(PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None))) => {
-                return Ok(true)
-            }
-            _ => return Ok(false),
-        };
-        socket.send(refusal).await?;
-    }
 }
 
 /// True if `buffer` holds at least one whole message (type byte, length, body).
@@ -146,13 +244,13 @@ fn has_complete_message(buffer: &BytesMut) -> bool {
 /// The connection's stream, holding written bytes while `holding` is set (see the module
 /// documentation): writes land in `held` and flushes do nothing, up to [`MAX_HELD_BYTES`].
 pub(super) struct HeldWrites {
-    stream: TcpStream,
+    stream: Transport,
     held: BytesMut,
     holding: bool,
 }
 
 impl HeldWrites {
-    fn new(stream: TcpStream) -> Self {
+    fn new(stream: Transport) -> Self {
         HeldWrites {
             stream,
             held: BytesMut::new(),
@@ -213,6 +311,9 @@ impl AsyncWrite for HeldWrites {
         Pin::new(&mut this.stream).poll_shutdown(cx)
     }
 }
+
+/// The connection under the PostgreSQL protocol: in the clear (left) or inside TLS (right).
+type Transport = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 #[cfg(test)]
 mod tests {

@@ -44,16 +44,24 @@ pub struct PgServer {
     handler: Arc<PgHandler>,
     startup: Arc<Startup>,
     cancels: Arc<CancelRegistry>,
+    tls: Option<quiver_tls::TlsAcceptor>,
 }
 
 impl PgServer {
-    /// A server answering from `queries` over `store`, to the callers `auth` admits.
-    pub fn new(store: Arc<Store>, queries: Arc<QueryService>, auth: Arc<Authenticator>) -> Self {
+    /// A server answering from `queries` over `store`, to the callers `auth` admits; with
+    /// `tls`, clients may (and clients on other machines must) encrypt.
+    pub fn new(
+        store: Arc<Store>,
+        queries: Arc<QueryService>,
+        auth: Arc<Authenticator>,
+        tls: Option<quiver_tls::TlsAcceptor>,
+    ) -> Self {
         let cancels = Arc::new(CancelRegistry::default());
         PgServer {
             handler: Arc::new(PgHandler::new(queries, auth.clone())),
             startup: Arc::new(Startup::new(store, auth, cancels.clone())),
             cancels,
+            tls,
         }
     }
 

@@ -38,6 +38,7 @@ async fn start(dir: &std::path::Path, lines: &str) -> tokio_postgres::Client {
         store,
         QueryService::new(engine, CacheConfig::for_tests()),
         Arc::new(Authenticator::new(settings, tokens)),
+        None,
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();

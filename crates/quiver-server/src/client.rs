@@ -22,13 +22,19 @@ pub struct ServerAddress {
 
 impl ServerAddress {
     /// A request to `path` of the server, carrying the token if there is one.
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+    fn post(&self, path: &str) -> Result<reqwest::RequestBuilder, String> {
+        if self.host.to_ascii_lowercase().starts_with("https://") {
+            return Err(format!(
+                "quiver query and quiver write speak plain HTTP only; for a server with TLS use an HTTPS client, e.g. curl --cacert CA.pem {}/api/v3/query_sql",
+                self.host.trim_end_matches('/')
+            ));
+        }
         let url = format!("{}{path}", self.host.trim_end_matches('/'));
         let request = reqwest::Client::new().post(url);
-        match &self.token {
+        Ok(match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
-        }
+        })
     }
 }
 
@@ -65,7 +71,7 @@ pub struct WriteArgs {
 /// Runs `quiver query`: prints the server's answer to stdout, or its error to the caller.
 pub fn query(args: QueryArgs) -> Result<(), String> {
     let body = serde_json::json!({ "db": args.db, "q": args.sql, "format": args.format });
-    let bytes = send(args.server.post("/api/v3/query_sql").json_body(&body))?;
+    let bytes = send(args.server.post("/api/v3/query_sql")?.json_body(&body))?;
     use std::io::Write;
     std::io::stdout()
         .write_all(&bytes)
@@ -83,7 +89,7 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
     read.map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
     let request = args
         .server
-        .post("/api/v3/write_lp")
+        .post("/api/v3/write_lp")?
         .query(&[
             ("db", args.db.as_str()),
             ("precision", args.precision.as_str()),

@@ -29,6 +29,11 @@ pub struct Config {
     pub flight_addr: String,
     /// PostgreSQL wire protocol listen address.
     pub pg_addr: String,
+    /// PEM certificate chain (the server's certificate first) for TLS on all three protocols;
+    /// empty: no TLS. Set with `tls_key_file`.
+    pub tls_cert_file: PathBuf,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: PathBuf,
     /// Log filter in `tracing` syntax (`info`, `quiver=debug,info`, ...).
     pub log_filter: String,
     /// Log format.
@@ -70,6 +75,8 @@ impl Default for Config {
             http_addr: "127.0.0.1:8086".into(),
             flight_addr: "127.0.0.1:8815".into(),
             pg_addr: "127.0.0.1:5433".into(),
+            tls_cert_file: PathBuf::new(),
+            tls_key_file: PathBuf::new(),
             log_filter: "info".into(),
             log_format: LogFormat::Text,
             store: StoreOptions::default(),
@@ -107,6 +114,14 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pg_addr: Option<String>,
+    /// PEM certificate chain for TLS on HTTP, Flight SQL and PostgreSQL.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
     /// Serve repeated queries from the result cache (true or false).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -230,6 +245,11 @@ impl Config {
                     "{key} {addr:?} is not a HOST:PORT socket address (e.g. 127.0.0.1:8086)"
                 )));
             }
+        }
+        if self.tls_cert_file.as_os_str().is_empty() != self.tls_key_file.as_os_str().is_empty() {
+            return Err(ConfigError(
+                "tls_cert_file and tls_key_file go together: set both (TLS on every protocol) or neither".into(),
+            ));
         }
         self.store.persist.validate().map_err(ConfigError)?;
         self.store.compaction.validate().map_err(ConfigError)?;
@@ -386,6 +406,8 @@ mod tests {
             "http_addr",
             "flight_addr",
             "pg_addr",
+            "tls_cert_file",
+            "tls_key_file",
             "log_filter",
             "log_format",
             "max_request_bytes",
@@ -507,5 +529,32 @@ mod tests {
         .unwrap();
         assert_eq!(config.cache.ttl, std::time::Duration::from_secs(9));
         assert!(!config.cache.enabled);
+    }
+
+    #[test]
+    fn tls_needs_both_files() {
+        let only_cert = Config::load(
+            None,
+            env(&[("QUIVER_TLS_CERT_FILE", "/etc/quiver/cert.pem")]),
+            &FlagOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            only_cert.contains("tls_cert_file and tls_key_file go together"),
+            "{only_cert}"
+        );
+        let both = Config::load(
+            None,
+            env(&[("QUIVER_TLS_CERT_FILE", "cert.pem")]),
+            &FlagOverrides {
+                tls_key_file: Some("key.pem".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(both.tls_cert_file, PathBuf::from("cert.pem"));
+        assert_eq!(both.tls_key_file, PathBuf::from("key.pem"));
+        assert!(Config::default().tls_cert_file.as_os_str().is_empty());
     }
 }

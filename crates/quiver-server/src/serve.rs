@@ -6,10 +6,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use axum::serve::ListenerExt;
 use quiver_auth::{AuthMode, Authenticator, TokenStore};
 use quiver_cache::QueryService;
 use quiver_query::QueryEngine;
 use quiver_storage::Store;
+use quiver_tls::{Protocol, ServerTls, TlsIncoming};
 use tracing_subscriber::EnvFilter;
 
 use quiver_flight::{GrpcMetricsLayer, QuiverFlightSql};
@@ -126,6 +128,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     );
     let queries = QueryService::new(engine, cache);
     let auth = start_auth(&config, store.data_dir().unwrap_or(&config.store.data_dir))?;
+    let tls = start_tls(&config)?;
     let metrics = http::metrics::install().map_err(ServeError::Config)?;
     let state = Arc::new(AppState {
         metrics: Some(metrics),
@@ -165,8 +168,13 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         shutdown_signal().await;
         let _ = stop.send(true);
     });
-    let postgres = Arc::new(PgServer::new(store.clone(), queries.clone(), auth.clone()))
-        .serve(pg_listener, stopped(stopping.clone()));
+    let postgres = Arc::new(PgServer::new(
+        store.clone(),
+        queries.clone(),
+        auth.clone(),
+        tls.as_ref().map(|tls| tls.acceptor(Protocol::Postgres)),
+    ))
+    .serve(pg_listener, stopped(stopping.clone()));
     let flight_sql = QuiverFlightSql::new(
         store.clone(),
         queries,
@@ -178,22 +186,47 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         .max_encoding_message_size(usize::MAX);
     let flight = tonic::transport::Server::builder()
         .layer(GrpcMetricsLayer)
-        .add_service(flight)
-        .serve_with_incoming_shutdown(
-            accepted_connections(flight_listener),
-            stopped(stopping.clone()),
-        );
-    let http = axum::serve(
-        listener,
-        http::router(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stopped(stopping));
+        .add_service(flight);
+    let flight_stopped = stopped(stopping.clone());
+    let flight = async {
+        match &tls {
+            Some(tls) => {
+                let incoming = TlsIncoming::new(flight_listener, tls, Protocol::Grpc)?;
+                flight
+                    .serve_with_incoming_shutdown(incoming.into_stream(), flight_stopped)
+                    .await
+            }
+            None => {
+                flight
+                    .serve_with_incoming_shutdown(
+                        accepted_connections(flight_listener),
+                        flight_stopped,
+                    )
+                    .await
+            }
+        }
+        .map_err(std::io::Error::other)
+    };
+    let app = http::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let http = async {
+        match &tls {
+            Some(tls) => {
+                let incoming = TlsIncoming::new(listener, tls, Protocol::Http1)?;
+                // tap_io: axum gives a listener's address type as ConnectInfo through it
+                axum::serve(incoming.tap_io(|_| ()), app)
+                    .with_graceful_shutdown(stopped(stopping))
+                    .await
+            }
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped(stopping))
+                    .await
+            }
+        }
+    };
     let (http, flight, ()) = tokio::join!(http, flight, postgres);
     http.map_err(io_error("HTTP server failed"))?;
-    flight.map_err(|e| ServeError::Io {
-        context: "Arrow Flight SQL server failed".into(),
-        source: std::io::Error::other(e),
-    })?;
+    flight.map_err(io_error("Arrow Flight SQL server failed"))?;
     store.close();
     if let Some(wal) = store.wal_stats() {
         tracing::info!(
@@ -245,6 +278,35 @@ fn start_auth(config: &Config, data_dir: &Path) -> Result<Arc<Authenticator>, Se
         config.auth.clone(),
         Arc::new(tokens),
     )))
+}
+
+/// The TLS identity of `tls_cert_file` / `tls_key_file`, if set; warns when a listener is
+/// reachable from the network without it.
+fn start_tls(config: &Config) -> Result<Option<ServerTls>, ServeError> {
+    if config.tls_cert_file.as_os_str().is_empty() {
+        let exposed: Vec<&str> = [&config.http_addr, &config.flight_addr, &config.pg_addr]
+            .into_iter()
+            .filter(|addr| {
+                addr.parse::<SocketAddr>()
+                    .is_ok_and(|addr| !quiver_auth::is_loopback(addr.ip()))
+            })
+            .map(String::as_str)
+            .collect();
+        if !exposed.is_empty() {
+            tracing::warn!(
+                listeners = ?exposed,
+                "no TLS: tokens and data cross the network in the clear; set tls_cert_file and tls_key_file"
+            );
+        }
+        return Ok(None);
+    }
+    let tls = ServerTls::load(&config.tls_cert_file, &config.tls_key_file)
+        .map_err(|e| ServeError::Config(format!("cannot serve TLS: {e}")))?;
+    tracing::info!(
+        certificate = %tls.describe(),
+        "TLS on HTTP, Arrow Flight SQL and PostgreSQL (re-read when the files change)"
+    );
+    Ok(Some(tls))
 }
 
 /// Resolves once `stopping` turns true.
