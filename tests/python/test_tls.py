@@ -7,8 +7,10 @@ pyarrow.flight (gRPC over TLS with the test CA as root), pgjdbc and the Flight S
 * Clients that do not trust the certificate, or reach the server under a name it does not
   carry, are refused; plain HTTP on the HTTPS port gets a 400 saying so; hostile bytes on
   every port leave the server up and the data intact.
-* PostgreSQL clients on other machines must encrypt (``sslmode=prefer`` cannot be downgraded);
-  loopback clients may still connect in the clear.
+* PostgreSQL clients on other machines must encrypt; loopback clients may still connect in
+  the clear, and CancelRequests are taken in the clear (libpq's ``PQcancel``, pgjdbc).
+  PostgreSQL 17's direct TLS works; the negotiation refuses bytes smuggled before the
+  handshake. A remote client of HTTPS or Flight SQL over TLS is not taken for a local one.
 * Bad settings (one file of the two, a missing file, a key of another certificate) refuse to
   start with a message naming the file; a renewed certificate is served without a restart.
 """
@@ -19,7 +21,10 @@ import json
 import os
 import shutil
 import socket
+import ssl
+import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +39,11 @@ import requests
 import trustme
 
 from quiver_testlib import (HTTP_TIMEOUT_S, free_ports, stop_process, wait_for_health)
+from test_auth import CATALOGS
 from test_jdbc import JAVA_DIR, classpath  # noqa: F401 (the fixture)
 
 DB = "secure"
+ENDLESS = "SELECT count(*) FROM generate_series(1, 1000000000000) t(v)"
 HOST_NAMES = ("localhost", "127.0.0.1")
 
 
@@ -270,8 +277,12 @@ def test_hostile_bytes_on_tls_ports_leave_the_server_up(start_tls) -> None:
                     pass  # the server may close (or reset) before reading it all
 
     # a client without TLS on the Flight SQL port gets an error, not a hang
-    with pytest.raises(Exception):
-        adbc_rows(server, "SELECT 1", "", uri=f"grpc://localhost:{server.flight_port}")
+    plain_flight = flight.FlightClient(f"grpc://localhost:{server.flight_port}")
+    started = time.monotonic()
+    with pytest.raises(flight.FlightUnavailableError):
+        list(plain_flight.list_actions(flight.FlightCallOptions(timeout=20)))
+    assert time.monotonic() - started < 15
+    plain_flight.close()
 
     assert server.proc.poll() is None, server.log()
     assert rows_over_https(server, "SELECT usage FROM cpu") == [{"usage": 7.0}]
@@ -281,17 +292,36 @@ def test_hostile_bytes_on_tls_ports_leave_the_server_up(start_tls) -> None:
     for protocol in ("http", "flight", "postgres"):
         counted = [line for line in metrics.splitlines() if line.startswith(
             f'quiver_tls_handshake_failures_total{{protocol="{protocol}"}}')]
-        assert counted and float(counted[0].split()[-1]) >= 3, (protocol, counted)
+        # HTTP and Flight: each of the six payloads is a failed handshake (and the plain
+        # clients above one more). PostgreSQL: the two TLS records (direct TLS) and the
+        # SSLRequest followed by nothing; zeros are a protocol error, not a handshake, the
+        # smuggled bytes end the connection before one, and random bytes are either
+        expected = 3 if protocol == "postgres" else 6
+        assert counted and float(counted[0].split()[-1]) >= expected, (protocol, counted)
     with psycopg.connect(server.pg()) as connection:
         assert connection.execute("SELECT usage FROM cpu").fetchall() == [(7.0,)]
 
 
-def test_remote_postgres_clients_must_encrypt(start_tls) -> None:
+def test_remote_clients_must_encrypt_and_are_not_local(start_tls) -> None:
     address = machine_address()
     if address is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect from")
     server = start_tls(bind="0.0.0.0")
     write(server, "cpu,host=a usage=3 1\n")
+
+    # auth = loopback: through TLS, the client's real address decides, on HTTP and Flight SQL
+    remote = requests.get(f"https://{address}:{server.http_port}/api/v3/query_sql",
+                          params={"db": DB, "q": "SELECT 1"}, verify=str(server.ca_file),
+                          timeout=HTTP_TIMEOUT_S)
+    assert remote.status_code == 401, remote.text
+    local = requests.get(f"{server.https}/api/v3/query_sql", params={"db": DB, "q": "SELECT 1"},
+                         verify=str(server.ca_file), timeout=HTTP_TIMEOUT_S)
+    assert local.status_code == 200, local.text
+    remote_flight = flight.FlightClient(f"grpc+tls://{address}:{server.flight_port}",
+                                        tls_root_certs=server.ca_file.read_bytes())
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        remote_flight.get_flight_info(CATALOGS)
+    remote_flight.close()
 
     with pytest.raises(psycopg.OperationalError, match="only over TLS"):
         psycopg.connect(server.pg(host=address, sslmode="disable"))
@@ -305,6 +335,68 @@ def test_remote_postgres_clients_must_encrypt(start_tls) -> None:
     with psycopg.connect(server.pg(sslmode="disable")) as connection:
         assert not connection.pgconn.ssl_in_use
         assert connection.execute("SELECT usage FROM cpu").fetchall() == [(3.0,)]
+
+    # a CancelRequest from the remote client, sent in the clear as libpq's PQcancel does
+    with psycopg.connect(server.pg(host=address), autocommit=True) as connection:
+        # a bound, so that a refused cancel fails the timing below instead of hanging
+        connection.execute("SET statement_timeout = '15s'")
+        cancel = connection.pgconn.get_cancel()
+        timer = threading.Timer(0.7, cancel.cancel)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            connection.execute(ENDLESS)
+        timer.join()
+        assert time.monotonic() - started < 10
+        assert connection.execute("SELECT usage FROM cpu").fetchall() == [(3.0,)]
+
+
+def pg_request(code: int) -> bytes:
+    """An 8-byte SSLRequest / GSSENCRequest-style packet with ``code``."""
+    return struct.pack("!II", 8, code)
+
+
+def startup_packet(user: str, database: str) -> bytes:
+    body = struct.pack("!I", 196608) + b"".join(
+        key.encode() + b"\0" + value.encode() + b"\0"
+        for key, value in (("user", user), ("database", database))) + b"\0"
+    return struct.pack("!I", len(body) + 4) + body
+
+
+def test_postgres_negotiation_direct_tls_gss_and_smuggled_bytes(start_tls) -> None:
+    server = start_tls()
+    write(server, "cpu,host=a usage=5 1\n")
+
+    # PostgreSQL 17's direct TLS (libpq 17+): TLS first, ALPN "postgresql"
+    assert psycopg.pq.version() >= 170000, psycopg.pq.version()
+    with psycopg.connect(server.pg() + " sslnegotiation=direct") as connection:
+        assert connection.pgconn.ssl_in_use
+        assert connection.execute("SELECT usage FROM cpu").fetchall() == [(5.0,)]
+
+    with socket.create_connection(("127.0.0.1", server.pg_port), timeout=10) as raw:
+        # GSS encryption is refused, then TLS is accepted on the same connection
+        raw.sendall(pg_request(80877104))
+        assert raw.recv(1) == b"N"
+        raw.sendall(pg_request(80877103))
+        assert raw.recv(1) == b"S"
+
+    # bytes sent after SSLRequest but before the handshake (CVE-2021-23214): the server says
+    # S, then closes instead of taking them as if they had come through TLS
+    with socket.create_connection(("127.0.0.1", server.pg_port), timeout=10) as raw:
+        raw.sendall(pg_request(80877103) + startup_packet("admin", DB))
+        assert raw.recv(1) == b"S"
+        assert raw.recv(1024) == b"", "the connection must end without a handshake"
+
+    # direct TLS without the postgresql ALPN is refused after the handshake
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    context.set_alpn_protocols(["http/1.1"])
+    with socket.create_connection(("127.0.0.1", server.pg_port), timeout=10) as raw:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(startup_packet("admin", DB))
+                assert tls.recv(1024) == b""
+                raise ConnectionError("closed, as it should be")
+    assert server.proc.poll() is None
 
 
 def test_jdbc_drivers_connect_over_tls(start_tls, classpath: str) -> None:  # noqa: F811

@@ -249,7 +249,11 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, SltError> {
 /// The corpus files, in name order (only those whose name contains `$QUIVER_SLT`, if set).
 fn corpus() -> Vec<PathBuf> {
     let only = std::env::var("QUIVER_SLT").unwrap_or_default();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/slt");
+    // read when the test runs (cargo sets it then too): a binary compiled in another
+    // checkout and reused from a shared target directory would otherwise look there
+    let crate_dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let dir = Path::new(&crate_dir).join("../../tests/slt");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())

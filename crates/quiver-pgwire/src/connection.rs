@@ -4,8 +4,10 @@
 //! batches.
 //!
 //! With TLS configured, a client that is not on this machine must encrypt: its unencrypted
-//! startup is refused (`28000`), so a client set to `sslmode=prefer` cannot be talked out of
-//! TLS by someone in the middle. Loopback clients may still connect in the clear.
+//! startup is refused (`28000`), which keeps passive listeners and misconfigured clients out
+//! (only `sslmode=verify-ca` / `verify-full` protect against an active man in the middle:
+//! SCRAM here has no channel binding). Loopback clients may still connect in the clear, and
+//! CancelRequests are taken in the clear from anywhere, as PostgreSQL does.
 //!
 //! pgwire flushes the socket after nearly every reply (ParseComplete, BindComplete,
 //! CommandComplete, ReadyForQuery), so a pipelined query cost three `send` calls, and on
@@ -169,7 +171,11 @@ async fn negotiate(
                     .await?
             }
             Some(Ok(PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None))) => {
-                if tls.is_some() && !quiver_auth::is_loopback(addr.ip()) {
+                // A CancelRequest carries no credentials and nothing secret but its key, and
+                // clients send it on a fresh connection, often unencrypted (pgjdbc, libpq's
+                // PQcancel): PostgreSQL takes it in the clear too.
+                let cancel = is_cancel_request(socket.read_buffer());
+                if tls.is_some() && !cancel && !quiver_auth::is_loopback(addr.ip()) {
                     let refusal = fatal(
                         sqlstate::INVALID_AUTHORIZATION,
                         "this server takes connections from other machines only over TLS: connect with sslmode=require or sslmode=verify-full",
@@ -222,6 +228,14 @@ async fn negotiate_inside(mut socket: Socket, addr: SocketAddr) -> io::Result<Op
             Ok(None)
         }
     }
+}
+
+/// The code a CancelRequest carries where a startup message has its protocol version.
+const CANCEL_REQUEST_CODE: u32 = 80877102;
+
+/// True if `buffer` starts with a CancelRequest (length, then [`CANCEL_REQUEST_CODE`]).
+fn is_cancel_request(buffer: &BytesMut) -> bool {
+    buffer.len() >= 8 && buffer[4..8] == CANCEL_REQUEST_CODE.to_be_bytes()
 }
 
 /// True if the client opened with a TLS ClientHello instead of the PostgreSQL protocol.

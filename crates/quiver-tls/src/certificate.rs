@@ -1,12 +1,17 @@
 //! The certificate and key a server presents, loaded from PEM files and re-read when the files
 //! change (see the crate documentation).
+//!
+//! Handshakes only read the pair in use ([`ReloadingCertificate::resolve`] clones a pointer).
+//! Looking at the files is [`ReloadingCertificate::check_for_renewal`]'s job, which a
+//! background task runs on a blocking thread every [`RELOAD_CHECK_INTERVAL`]: it reads both
+//! files (a few kilobytes) and loads them only when their bytes differ from the last ones seen,
+//! so a rewrite is noticed whatever happens to the files' times and sizes.
 
-use std::fs::Metadata;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -18,25 +23,16 @@ use crate::{TlsError, RELOAD_CHECK_INTERVAL};
 /// Larger certificate or key files are refused: a PEM chain is a few kilobytes.
 const MAX_PEM_BYTES: u64 = 1 << 20;
 
-/// What identifies a version of the two files: modification time and length of each.
-type Stamp = [(Option<SystemTime>, u64); 2];
-
 /// The certificate in use, and the files it came from.
 #[derive(Debug)]
 pub(crate) struct ReloadingCertificate {
     cert_file: PathBuf,
     key_file: PathBuf,
     provider: Arc<CryptoProvider>,
-    state: Mutex<State>,
-}
-
-#[derive(Debug)]
-struct State {
-    current: Arc<CertifiedKey>,
-    /// The files' stamp when `current` was loaded, or when a reload last failed (so a bad
-    /// renewal is reported once, not on every handshake).
-    seen: Stamp,
-    checked_at: Instant,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// The files' contents when `current` was loaded, or when a reload last failed (so a bad
+    /// renewal is reported once, not at every check).
+    seen: Mutex<[Vec<u8>; 2]>,
 }
 
 impl ReloadingCertificate {
@@ -46,23 +42,20 @@ impl ReloadingCertificate {
         key_file: PathBuf,
         provider: Arc<CryptoProvider>,
     ) -> Result<Self, TlsError> {
-        let seen = stamp(&cert_file, &key_file);
-        let current = Arc::new(load_pair(&cert_file, &key_file, &provider)?);
+        let files = [read_pem(&cert_file)?, read_pem(&key_file)?];
+        let current = Arc::new(load_pair(&cert_file, &key_file, &files, &provider)?);
         Ok(ReloadingCertificate {
             cert_file,
             key_file,
             provider,
-            state: Mutex::new(State {
-                current,
-                seen,
-                checked_at: Instant::now(),
-            }),
+            current: RwLock::new(current),
+            seen: Mutex::new(files),
         })
     }
 
     /// A line for the start-up log.
     pub(crate) fn describe(&self) -> String {
-        let chain = self.state.lock().current.cert.len();
+        let chain = self.current.read().cert.len();
         format!(
             "{} ({chain} certificate{} in the chain), key {}",
             self.cert_file.display(),
@@ -71,31 +64,60 @@ impl ReloadingCertificate {
         )
     }
 
-    /// The pair to present now: re-read first if the files changed since the last look
-    /// (which happens at most every [`RELOAD_CHECK_INTERVAL`]).
+    /// The pair handshakes present now.
     fn current(&self) -> Arc<CertifiedKey> {
-        let mut state = self.state.lock();
-        if state.checked_at.elapsed() >= RELOAD_CHECK_INTERVAL {
-            state.checked_at = Instant::now();
-            let now = stamp(&self.cert_file, &self.key_file);
-            if now != state.seen {
-                state.seen = now;
-                match load_pair(&self.cert_file, &self.key_file, &self.provider) {
-                    Ok(renewed) => {
-                        state.current = Arc::new(renewed);
-                        tracing::info!(
-                            cert_file = %self.cert_file.display(),
-                            "TLS certificate re-read: new connections get the renewed one"
-                        );
-                    }
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        "the TLS certificate or key changed but cannot be used: still serving the previous one"
-                    ),
+        self.current.read().clone()
+    }
+
+    /// Re-reads both files and, if either changed since the last look, serves the new pair
+    /// from now on; a pair that does not load keeps the one in use (logged once per change).
+    /// Blocking file I/O: run it off the async workers.
+    pub(crate) fn check_for_renewal(&self) {
+        let files = match (read_pem(&self.cert_file), read_pem(&self.key_file)) {
+            (Ok(cert), Ok(key)) => [cert, key],
+            // mid-rename or gone for a moment: the next look decides
+            _ => return,
+        };
+        let mut seen = self.seen.lock();
+        if *seen == files {
+            return;
+        }
+        match load_pair(&self.cert_file, &self.key_file, &files, &self.provider) {
+            Ok(renewed) => {
+                *self.current.write() = Arc::new(renewed);
+                tracing::info!(
+                    cert_file = %self.cert_file.display(),
+                    "TLS certificate re-read: new connections get the renewed one"
+                );
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the TLS certificate or key changed but cannot be used: still serving the previous one"
+            ),
+        }
+        *seen = files;
+    }
+
+    /// Checks for a renewal every [`RELOAD_CHECK_INTERVAL`] on the current tokio runtime,
+    /// until the certificate is no longer used.
+    pub(crate) fn watch(self: &Arc<Self>) {
+        let certificate: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(RELOAD_CHECK_INTERVAL);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval.tick().await; // the first tick is immediate: just loaded
+            loop {
+                interval.tick().await;
+                let Some(certificate) = certificate.upgrade() else {
+                    return;
+                };
+                let checked =
+                    tokio::task::spawn_blocking(move || certificate.check_for_renewal()).await;
+                if checked.is_err() {
+                    return; // the runtime is shutting down
                 }
             }
-        }
-        state.current.clone()
+        });
     }
 }
 
@@ -105,23 +127,15 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
-fn stamp(cert_file: &Path, key_file: &Path) -> Stamp {
-    let of = |path: &Path| {
-        std::fs::metadata(path)
-            .map(|m: Metadata| (m.modified().ok(), m.len()))
-            .unwrap_or((None, 0))
-    };
-    [of(cert_file), of(key_file)]
-}
-
-/// Reads both files and checks the key belongs to the first certificate.
+/// Parses the two files' contents and checks the key belongs to the first certificate.
 fn load_pair(
     cert_file: &Path,
     key_file: &Path,
+    [cert, key]: &[Vec<u8>; 2],
     provider: &CryptoProvider,
 ) -> Result<CertifiedKey, TlsError> {
-    let chain = read_chain(cert_file)?;
-    let key = read_key(key_file)?;
+    let chain = parse_chain(cert_file, cert)?;
+    let key = parse_key(key_file, key)?;
     let mismatch = |reason: String| TlsError::Mismatch {
         cert: cert_file.to_path_buf(),
         key: key_file.to_path_buf(),
@@ -136,19 +150,27 @@ fn load_pair(
     Ok(pair)
 }
 
+/// A regular file's bytes, at most [`MAX_PEM_BYTES`] of them.
 fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
     let read_error = |source| TlsError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let length = std::fs::metadata(path).map_err(read_error)?.len();
-    if length > MAX_PEM_BYTES {
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    if !file.metadata().map_err(read_error)?.is_file() {
+        return Err(invalid(path, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
         return Err(invalid(
             path,
-            format!("{length} bytes is not a PEM certificate or key (at most {MAX_PEM_BYTES})"),
+            format!("over {MAX_PEM_BYTES} bytes is not a PEM certificate or key"),
         ));
     }
-    std::fs::read(path).map_err(read_error)
+    Ok(bytes)
 }
 
 fn invalid(path: &Path, reason: impl Into<String>) -> TlsError {
@@ -158,9 +180,8 @@ fn invalid(path: &Path, reason: impl Into<String>) -> TlsError {
     }
 }
 
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read_pem(path)?;
-    let chain = CertificateDer::pem_slice_iter(&pem)
+fn parse_chain(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| invalid(path, format!("not valid PEM: {e}")))?;
     if chain.is_empty() {
@@ -172,9 +193,8 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(chain)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let pem = read_pem(path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+fn parse_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => invalid(
             path,
             "no private key in it (tls_key_file wants a PEM `PRIVATE KEY`, `RSA PRIVATE KEY` or `EC PRIVATE KEY` block)",
@@ -282,27 +302,21 @@ mod tests {
         assert!(error.contains("not valid PEM"), "{error}");
     }
 
-    fn force_check(loaded: &ReloadingCertificate) {
-        loaded.state.lock().checked_at = Instant::now() - RELOAD_CHECK_INTERVAL;
-    }
-
     #[test]
     fn a_renewed_pair_is_picked_up_and_a_broken_renewal_keeps_the_old_one() {
         let pair = write_pair(&["localhost"]);
         let loaded = load(&pair).unwrap();
         let first = loaded.current();
 
-        // unchanged files: the same pair, even after the interval
-        force_check(&loaded);
+        // unchanged files: the same pair
+        loaded.check_for_renewal();
         assert!(Arc::ptr_eq(&first, &loaded.current()));
 
         // a renewal
         let renewed = write_pair(&["localhost", "quiver.example"]);
         std::fs::copy(&renewed.cert, &pair.cert).unwrap();
         std::fs::copy(&renewed.key, &pair.key).unwrap();
-        // not before the interval has passed
-        assert!(Arc::ptr_eq(&first, &loaded.current()));
-        force_check(&loaded);
+        loaded.check_for_renewal();
         let second = loaded.current();
         assert!(!Arc::ptr_eq(&first, &second));
         assert_eq!(
@@ -313,11 +327,31 @@ mod tests {
         // half a renewal (the certificate without its key) keeps the working pair
         let third = write_pair(&["localhost"]);
         std::fs::copy(&third.cert, &pair.cert).unwrap();
-        force_check(&loaded);
+        loaded.check_for_renewal();
         assert!(Arc::ptr_eq(&second, &loaded.current()));
-        // and once the key arrives too, the new pair is served
+        // and once the key arrives too (same length, moments later), the new pair is served
         std::fs::copy(&third.key, &pair.key).unwrap();
-        force_check(&loaded);
-        assert!(!Arc::ptr_eq(&second, &loaded.current()));
+        loaded.check_for_renewal();
+        let fourth = loaded.current();
+        assert!(!Arc::ptr_eq(&second, &fourth));
+        assert_eq!(
+            fourth.cert[0],
+            CertificateDer::from_pem_file(&third.cert).unwrap()
+        );
+
+        // a file gone for a moment (mid-rename) changes nothing
+        std::fs::remove_file(&pair.key).unwrap();
+        loaded.check_for_renewal();
+        assert!(Arc::ptr_eq(&fourth, &loaded.current()));
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let pair = write_pair(&["localhost"]);
+        let error =
+            ReloadingCertificate::load(pair.dir.path().to_path_buf(), pair.key.clone(), provider())
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("not a regular file"), "{error}");
     }
 }

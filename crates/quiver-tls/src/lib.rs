@@ -1,10 +1,10 @@
 //! `quiver-tls` serves Quiver's three protocols over TLS (rustls, with the `ring` provider).
 //!
 //! - [`ServerTls`]: the certificate chain and private key of `tls_cert_file` / `tls_key_file`
-//!   (PEM), checked to belong together at start-up. A running server re-reads both files when
-//!   they change (looked at most every [`RELOAD_CHECK_INTERVAL`], on a handshake), so a renewed
-//!   certificate takes effect without a restart; a renewal that does not load keeps the
-//!   certificate in use and says why in the log.
+//!   (PEM), checked to belong together at start-up. A running server re-reads both files every
+//!   [`RELOAD_CHECK_INTERVAL`] in the background, so a renewed certificate takes effect
+//!   without a restart; a renewal that does not load keeps the certificate in use and says why
+//!   in the log.
 //! - [`ServerTls::acceptor`]: a `tokio_rustls` acceptor for one [`Protocol`], which fixes the
 //!   ALPN identifier clients negotiate (`http/1.1`, `h2` for gRPC, `postgresql`).
 //! - [`TlsIncoming`]: the encrypted connections of a TCP listener. Handshakes run apart from
@@ -26,7 +26,7 @@ use rustls::ServerConfig;
 pub use listener::{TlsConnection, TlsIncoming};
 pub use tokio_rustls::{server::TlsStream, TlsAcceptor};
 
-/// How often, at most, a running server looks whether the certificate or key file changed.
+/// How often a running server looks whether the certificate or key file changed.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How long a client may take to finish its TLS handshake before it is disconnected.
@@ -106,7 +106,8 @@ pub struct ServerTls {
 impl ServerTls {
     /// Loads the PEM certificate chain in `cert_file` (the server's certificate first, then
     /// any intermediates) and the PEM private key in `key_file` (PKCS #8, PKCS #1 or SEC1),
-    /// and checks that the key belongs to the certificate.
+    /// and checks that the key belongs to the certificate. From then on a task on the current
+    /// tokio runtime looks for renewals (see the crate documentation).
     pub fn load(cert_file: &Path, key_file: &Path) -> Result<Self, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let certificate = certificate::ReloadingCertificate::load(
@@ -114,9 +115,11 @@ impl ServerTls {
             key_file.to_path_buf(),
             provider.clone(),
         )?;
+        let certificate = Arc::new(certificate);
+        certificate.watch();
         Ok(ServerTls {
             provider,
-            certificate: Arc::new(certificate),
+            certificate,
         })
     }
 

@@ -1,24 +1,33 @@
 //! Encrypted connections from a TCP listener, as axum and tonic serve them (see the crate
 //! documentation).
 
+use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::TcpConnectInfo;
 
 use crate::{Protocol, ServerTls, HANDSHAKE_TIMEOUT};
 
-/// Handshakes in progress at most; past it the listener stops accepting until one ends.
+/// Handshakes in progress at most; past it new connections are closed until one ends.
 const MAX_PENDING_HANDSHAKES: usize = 1024;
+
+/// Handshakes in progress at most from one client address.
+const MAX_PENDING_HANDSHAKES_PER_ADDRESS: usize = 64;
+
+/// How long a new connection may wait before sending its first byte (a TLS client sends its
+/// ClientHello at once).
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// One client connection after its TLS handshake.
 #[derive(Debug)]
@@ -75,12 +84,8 @@ async fn accept_loop(
     protocol: Protocol,
     sender: mpsc::Sender<TlsConnection>,
 ) {
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let pending = Arc::new(PendingHandshakes::default());
     loop {
-        let permit = tokio::select! {
-            () = sender.closed() => return,
-            permit = pending.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-        };
         let (stream, peer) = tokio::select! {
             () = sender.closed() => return,
             accepted = listener.accept() => match accepted {
@@ -93,10 +98,16 @@ async fn accept_loop(
                 }
             },
         };
+        // Over a limit, the new connection is closed at once: accepting goes on for others.
+        let Some(slot) = pending.enter(peer.ip()) else {
+            tracing::debug!(%peer, "too many TLS handshakes in progress: connection closed");
+            protocol.handshake_failed();
+            continue;
+        };
         let acceptor = acceptor.clone();
         let sender = sender.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _slot = slot;
             let handshake = handshake(&acceptor, protocol, stream, peer);
             let connection = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(connection) => connection,
@@ -113,18 +124,72 @@ async fn accept_loop(
     }
 }
 
+/// Handshakes in progress, in all and per client address.
+#[derive(Debug, Default)]
+struct PendingHandshakes {
+    by_address: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PendingHandshakes {
+    /// A slot for a handshake from `address`, or `None` over [`MAX_PENDING_HANDSHAKES`] or
+    /// [`MAX_PENDING_HANDSHAKES_PER_ADDRESS`].
+    fn enter(self: &Arc<Self>, address: IpAddr) -> Option<PendingSlot> {
+        let mut by_address = self.by_address.lock();
+        let total: usize = by_address.values().sum();
+        let mine = by_address.entry(address).or_default();
+        if total >= MAX_PENDING_HANDSHAKES || *mine >= MAX_PENDING_HANDSHAKES_PER_ADDRESS {
+            if *mine == 0 {
+                by_address.remove(&address);
+            }
+            return None;
+        }
+        *mine += 1;
+        Some(PendingSlot {
+            pending: self.clone(),
+            address,
+        })
+    }
+}
+
+/// One handshake's place in [`PendingHandshakes`], given back when dropped.
+struct PendingSlot {
+    pending: Arc<PendingHandshakes>,
+    address: IpAddr,
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        let mut by_address = self.pending.by_address.lock();
+        if let Some(count) = by_address.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                by_address.remove(&self.address);
+            }
+        }
+    }
+}
+
 async fn handshake(
     acceptor: &TlsAcceptor,
     protocol: Protocol,
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
 ) -> Option<TlsConnection> {
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().ok()?;
-    if protocol == Protocol::Http1 && sends_plain_http(&stream).await {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(FIRST_BYTE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        _ => {
+            tracing::debug!(%peer, "no TLS handshake started: connection closed");
+            protocol.handshake_failed();
+            return None;
+        }
+    }
+    if protocol == Protocol::Http1 && first[0].is_ascii_uppercase() {
+        // An HTTP request line (a method's capital letter) rather than a TLS record (0x16).
         protocol.handshake_failed();
-        let _ = stream.write_all(plain_http_refusal().as_bytes()).await;
-        let _ = stream.shutdown().await;
+        refuse_plain_http(stream).await;
         return None;
     }
     match acceptor.accept(stream).await {
@@ -141,6 +206,28 @@ async fn handshake(
     }
 }
 
+/// Answers a plain HTTP request on the HTTPS port with a 400 saying so. The request is read
+/// first (what arrives within a moment, up to 16 KiB), so that closing does not reset the
+/// connection before the client reads the answer.
+async fn refuse_plain_http(mut stream: TcpStream) {
+    let mut request = vec![0u8; 16 << 10];
+    let mut read = 0;
+    let drain = async {
+        while read < request.len() {
+            match stream.read(&mut request[read..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+            if request[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+    let _ = stream.write_all(plain_http_refusal().as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
 /// The answer to an unencrypted HTTP request on the HTTPS port.
 fn plain_http_refusal() -> String {
     let body =
@@ -149,13 +236,6 @@ fn plain_http_refusal() -> String {
         "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
-}
-
-/// True if the client opened with what looks like an HTTP request line (a method's capital
-/// letter) rather than a TLS record (`0x16`).
-async fn sends_plain_http(stream: &TcpStream) -> bool {
-    let mut first = [0u8; 1];
-    matches!(stream.peek(&mut first).await, Ok(1) if first[0].is_ascii_uppercase())
 }
 
 impl axum::serve::Listener for TlsIncoming {
@@ -225,5 +305,40 @@ impl AsyncWrite for TlsConnection {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_handshakes_are_bounded_per_address_and_in_all() {
+        let pending = Arc::new(PendingHandshakes::default());
+        let one: IpAddr = "192.0.2.1".parse().unwrap();
+        let mut slots: Vec<PendingSlot> = (0..MAX_PENDING_HANDSHAKES_PER_ADDRESS)
+            .map(|_| pending.enter(one).expect("under the per-address bound"))
+            .collect();
+        assert!(pending.enter(one).is_none(), "one address is bounded");
+        slots.pop();
+        assert!(
+            pending.enter(one).is_some(),
+            "a finished handshake frees its slot"
+        );
+
+        let others: Vec<PendingSlot> = (0..MAX_PENDING_HANDSHAKES)
+            .map_while(|i| pending.enter(IpAddr::from([10, 0, (i >> 8) as u8, i as u8])))
+            .collect();
+        assert_eq!(
+            others.len(),
+            MAX_PENDING_HANDSHAKES - (MAX_PENDING_HANDSHAKES_PER_ADDRESS - 1),
+            "the total is bounded"
+        );
+        drop(others);
+        drop(slots);
+        assert!(
+            pending.by_address.lock().is_empty(),
+            "nothing is left once every handshake ended"
+        );
     }
 }
