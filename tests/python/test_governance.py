@@ -11,10 +11,12 @@ silent truncated success.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
@@ -342,6 +344,29 @@ def test_a_big_answer_streams_with_bounded_memory(governed: SpawnedServer) -> No
     count, growth = stream_slowly(governed, rows, {})
     assert count == rows
     assert growth < QUERY_MEMORY, growth
+
+
+def test_a_client_that_stops_reading_loses_its_slot(spawn_quiver: Spawn, tmp_path: Path) -> None:
+    server = spawn_quiver("--data-dir", str(tmp_path / "data"), "--max-concurrent-queries", "1",
+                          "--query-stall-timeout-secs", "2", cwd=tmp_path)
+    write_ok(server.http_url, DB, "cpu,host=a usage=1 1\n")
+    port = int(server.http_url.rsplit(":", 1)[1])
+    statement = "SELECT v, repeat('x', 100) AS pad FROM generate_series(1, 100000000) t(v)"
+    request = (f"GET /api/v3/query_sql?db={DB}&format=jsonl&q={quote(statement)} HTTP/1.1\r\n"
+               f"Host: localhost\r\nCache-Control: no-cache\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as stalled:
+        # a small receive buffer, never read: the server's sends back up within a few batches
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(request)
+        wait_for_query(server, "repeat('x', 100)")
+        started = time.monotonic()
+        # the only slot is taken until the stall limit frees it; then the next query runs
+        wait_until(lambda: not running(server), 15, "the stalled query stopped")
+        assert time.monotonic() - started >= 1, "stopped before its client had stalled"
+        response = sql(server, "SELECT count(*) AS n FROM cpu", timeout_secs="10")
+        assert response.status_code == 200, response.text
+        assert response.json() == [{"n": 1}]
+    assert server.proc.poll() is None
 
 
 def test_an_answer_that_fails_after_rows_went_out_is_cut_short(governed: SpawnedServer) -> None:

@@ -9,7 +9,6 @@
 //! agree between their queries, and the static tables (`pg_type`, `pg_proc`, ...) are held
 //! once for all.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -31,7 +30,6 @@ use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{
     create_current_database_udf, setup_pg_catalog, PgCatalogSchemaProvider, PgCatalogStaticTables,
 };
-use parking_lot::Mutex;
 use quiver_model::VisibleDatabases;
 use quiver_query::{QuiverCatalog, SessionSetup, CATALOG_NAME};
 use quiver_storage::Store;
@@ -42,8 +40,10 @@ use super::settings::{SERVER_VERSION, SERVER_VERSION_NUM};
 pub struct PostgresCatalog {
     store: Arc<Store>,
     static_tables: Arc<PgCatalogStaticTables>,
-    /// One `pg_catalog` per set of visible databases.
-    pg_catalogs: Mutex<HashMap<VisibleDatabases, Arc<dyn SchemaProvider>>>,
+    /// One `pg_catalog` per set of visible databases, as many as the engine keeps sessions
+    /// (each session holds its own; this only shares them between a visibility set's
+    /// databases), idle ones dropped after an hour.
+    pg_catalogs: moka::sync::Cache<VisibleDatabases, Arc<dyn SchemaProvider>>,
 }
 
 impl std::fmt::Debug for PostgresCatalog {
@@ -58,15 +58,17 @@ impl PostgresCatalog {
         Ok(PostgresCatalog {
             store,
             static_tables: Arc::new(PgCatalogStaticTables::try_new()?),
-            pg_catalogs: Mutex::new(HashMap::new()),
+            pg_catalogs: moka::sync::Cache::builder()
+                .max_capacity(256)
+                .time_to_idle(std::time::Duration::from_secs(3600))
+                .build(),
         })
     }
 
     /// The `pg_catalog` of callers who see the `visible` databases.
     fn pg_catalog(&self, visible: &VisibleDatabases) -> Result<Arc<dyn SchemaProvider>> {
-        let mut pg_catalogs = self.pg_catalogs.lock();
-        if let Some(pg_catalog) = pg_catalogs.get(visible) {
-            return Ok(pg_catalog.clone());
+        if let Some(pg_catalog) = self.pg_catalogs.get(visible) {
+            return Ok(pg_catalog);
         }
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         catalogs.register_catalog(
@@ -81,8 +83,12 @@ impl PostgresCatalog {
         )?;
         let pg_catalog: Arc<dyn SchemaProvider> =
             Arc::new(WithSystemNamespaces(Arc::new(pg_catalog)));
-        pg_catalogs.insert(visible.clone(), pg_catalog.clone());
-        Ok(pg_catalog)
+        // a concurrent first use may have built one too: every session shares the first
+        Ok(self
+            .pg_catalogs
+            .entry(visible.clone())
+            .or_insert(pg_catalog)
+            .into_value())
     }
 }
 

@@ -1,7 +1,6 @@
 //! The SQL entry point: resolves the database, checks the tables a statement names, plans it
 //! with DataFusion and returns a stream of record batches.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,6 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use futures::StreamExt;
-use parking_lot::Mutex;
 use quiver_model::{Classify, ErrorKind, VisibleDatabases};
 use quiver_storage::{StorageError, Store};
 use serde::{Deserialize, Serialize};
@@ -59,6 +57,10 @@ pub struct QueryOptions {
     /// Seconds a query may run, from its arrival (0: no limit). A client may ask for less:
     /// PostgreSQL `statement_timeout`, the gRPC deadline, HTTP `timeout_secs`.
     pub query_timeout_secs: u64,
+    /// Seconds a running query may wait for its client to take the next part of its answer
+    /// before it is stopped (0: no limit): a client that stops reading would otherwise keep
+    /// its slot (and the memory its answer holds) for good.
+    pub query_stall_timeout_secs: u64,
     /// Queries that run at once; more wait in arrival order (0: twice the cores, at least 4).
     pub max_concurrent_queries: usize,
     /// Queries that may wait for a slot; beyond that a query is refused at once.
@@ -77,6 +79,7 @@ impl Default for QueryOptions {
             max_server_memory_bytes: usize::try_from(budget / 10 * 8).unwrap_or(usize::MAX),
             max_value_bytes: 256 << 20,
             query_timeout_secs: 0,
+            query_stall_timeout_secs: 60,
             max_concurrent_queries: 0,
             max_queued_queries: 128,
             session_setup: Vec::new(),
@@ -109,6 +112,8 @@ impl QueryOptions {
             max_server_memory_bytes: self.max_server_memory_bytes,
             query_timeout: (self.query_timeout_secs > 0)
                 .then(|| Duration::from_secs(self.query_timeout_secs)),
+            stall_timeout: (self.query_stall_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.query_stall_timeout_secs)),
             max_concurrent_queries: self.concurrent_queries(),
             max_queued_queries: self.max_queued_queries,
             threads: self.partitions(),
@@ -194,7 +199,9 @@ impl Classify for QueryError {
             QueryError::ResourcesExhausted(_) | QueryError::ValueTooLarge(_) => {
                 ErrorKind::ResourcesExhausted
             }
-            QueryError::Stopped(StopReason::TimedOut { .. }) => ErrorKind::TimedOut,
+            QueryError::Stopped(StopReason::TimedOut { .. } | StopReason::ClientStalled { .. }) => {
+                ErrorKind::TimedOut
+            }
             QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
             QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
             QueryError::Busy { .. } => ErrorKind::Busy,
@@ -304,15 +311,23 @@ pub struct QueryOutput {
     pub stream: SendableRecordBatchStream,
 }
 
+/// Session contexts kept at most (see [`QueryEngine`]'s `contexts`).
+const MAX_CONTEXTS: u64 = 256;
+
+/// A session context unused this long is dropped (and rebuilt on its next use).
+const CONTEXT_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Runs SQL against the store.
 pub struct QueryEngine {
     store: Arc<Store>,
     options: QueryOptions,
     runtime: Arc<RuntimeEnv>,
     /// One DataFusion context per database (its default schema) and catalog view (what the
-    /// caller may see); contexts are cheap to use but
-    /// not to build, and the catalog behind them is live, so they never go stale.
-    contexts: Mutex<HashMap<(String, VisibleDatabases), SessionContext>>,
+    /// caller may see); contexts are cheap to use but not to build, and the catalog behind
+    /// them is live, so they never go stale. Bounded ([`MAX_CONTEXTS`], idle ones dropped
+    /// after [`CONTEXT_IDLE`]): many scoped tokens and dropped databases would otherwise keep
+    /// one each forever.
+    contexts: moka::sync::Cache<(String, VisibleDatabases), SessionContext>,
     /// See [`QueryEngine::semantic_settings`].
     semantic_settings: String,
     /// Admission, limits and cancellation of running queries.
@@ -362,7 +377,10 @@ impl QueryEngine {
             store,
             options,
             runtime,
-            contexts: Mutex::new(HashMap::new()),
+            contexts: moka::sync::Cache::builder()
+                .max_capacity(MAX_CONTEXTS)
+                .time_to_idle(CONTEXT_IDLE)
+                .build(),
             semantic_settings,
             governor,
         })
@@ -375,11 +393,24 @@ impl QueryEngine {
         database: &str,
         visible: &VisibleDatabases,
     ) -> Result<SessionContext, QueryError> {
-        let mut contexts = self.contexts.lock();
         let key = (database.to_string(), visible.clone());
-        if let Some(ctx) = contexts.get(&key) {
-            return Ok(ctx.clone());
+        if let Some(ctx) = self.contexts.get(&key) {
+            return Ok(ctx);
         }
+        // built once for concurrent first uses
+        self.contexts
+            .try_get_with(key, || self.new_context(database, visible))
+            .map_err(|e| match Arc::try_unwrap(e) {
+                Ok(e) => e,
+                Err(shared) => QueryError::Internal(DataFusionError::Execution(shared.to_string())),
+            })
+    }
+
+    fn new_context(
+        &self,
+        database: &str,
+        visible: &VisibleDatabases,
+    ) -> Result<SessionContext, QueryError> {
         let config =
             session_config(&self.options).with_default_catalog_and_schema(CATALOG_NAME, database);
         let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
@@ -398,7 +429,6 @@ impl QueryEngine {
                 ))
             })?;
         }
-        contexts.insert(key, ctx.clone());
         Ok(ctx)
     }
 

@@ -154,6 +154,10 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub query_timeout_secs: Option<u64>,
+    /// Seconds a query may wait for its client to read on (0: no limit).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_stall_timeout_secs: Option<u64>,
     /// Queries that run at once (0: twice the cores, at least 4).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -420,6 +424,7 @@ mod tests {
             "max_server_memory_bytes",
             "max_value_bytes",
             "query_timeout_secs",
+            "query_stall_timeout_secs",
             "max_concurrent_queries",
             "max_queued_queries",
             "wal_fsync",

@@ -113,6 +113,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         max_server_memory_bytes = query_options.max_server_memory_bytes,
         max_value_bytes = query_options.max_value_bytes,
         query_timeout_secs = query_options.query_timeout_secs,
+        query_stall_timeout_secs = query_options.query_stall_timeout_secs,
         max_concurrent_queries = query_options.concurrent_queries(),
         max_queued_queries = query_options.max_queued_queries,
         "query governance"

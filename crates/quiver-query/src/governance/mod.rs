@@ -49,6 +49,7 @@ pub(crate) struct Limits {
     pub(crate) query_memory_bytes: usize,
     pub(crate) max_server_memory_bytes: usize,
     pub(crate) query_timeout: Option<Duration>,
+    pub(crate) stall_timeout: Option<Duration>,
     pub(crate) max_concurrent_queries: usize,
     pub(crate) max_queued_queries: usize,
     pub(crate) threads: usize,
@@ -155,6 +156,15 @@ pub enum StopReason {
     Killed {
         /// The query's id.
         id: u64,
+    },
+    /// Its client took none of its answer for too long.
+    #[error(
+        "the client took none of the answer for {limit:?} (query_stall_timeout_secs) and the \
+         query was stopped"
+    )]
+    ClientStalled {
+        /// The limit.
+        limit: Duration,
     },
     /// The process reached its memory ceiling while this query held the most memory.
     #[error(
@@ -388,10 +398,11 @@ impl Governor {
         let done = Arc::new(AtomicBool::new(false));
         let finished = done.clone();
         let tracked = admitted.tracked.clone();
+        let stall_timeout = self.limits.stall_timeout;
         let task = self.runtime.handle().spawn(async move {
             // DataFusion spawns its own tasks when a plan starts: on this runtime
             let stream = execute(env);
-            drive(&admitted, stream, sender, &finished).await;
+            drive(&admitted, stream, (sender, stall_timeout), &finished).await;
         });
         let batches = Batches {
             receiver,
@@ -408,11 +419,15 @@ impl Governor {
 }
 
 /// Runs a started query to its end on the governor's runtime, passing each batch (or its
-/// error) to `batches`; `done` is set once the answer is complete (before `batches` closes).
+/// error) to `batches`, waiting at most `stall_timeout` for the client to make room for it;
+/// `done` is set once the answer is complete (before `batches` closes).
 async fn drive(
     admitted: &Admitted,
     stream: Result<SendableRecordBatchStream, DataFusionError>,
-    batches: mpsc::Sender<Result<RecordBatch, DataFusionError>>,
+    (batches, stall_timeout): (
+        mpsc::Sender<Result<RecordBatch, DataFusionError>>,
+        Option<Duration>,
+    ),
     done: &AtomicBool,
 ) {
     let mut stream = match stream {
@@ -434,9 +449,20 @@ async fn drive(
             return;
         };
         let failed = item.is_err();
+        let stalled = async {
+            match stall_timeout {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => futures::future::pending().await,
+            }
+        };
         tokio::select! {
             sent = batches.send(item) => if sent.is_err() { return },
             _ = &mut stopped => return,
+            () = stalled => {
+                let limit = stall_timeout.expect("only a limit elapses");
+                admitted.tracked.stop(StopReason::ClientStalled { limit });
+                return;
+            }
         }
         if failed {
             // the error went out: the answer ends with it
