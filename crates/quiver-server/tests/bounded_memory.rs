@@ -12,9 +12,11 @@ use serde_json::json;
 const MAX_BUFFER_BYTES: u64 = 16 << 20;
 /// The process without its buffer: binary, allocator arenas, runtime and DataFusion state,
 /// request bodies in flight, and the transient copies a persist makes (merge and Parquet
-/// encoding of up to `persist_buffer_bytes`). Measured at 40–50 MiB over the buffer; see
-/// README ("Memory").
-const BASELINE_BYTES: u64 = 96 << 20;
+/// encoding of up to `persist_buffer_bytes`). Peaks of the whole process measured 113 MiB
+/// (2026-11-25), 116–118 MiB alone and 128–132 MiB beside the rest of the test suite
+/// (2026-11-26, 45 MiB at start); see README ("Memory"). The load is 212 MiB, so a buffer
+/// that did not bound memory still ends far above the bound.
+const BASELINE_BYTES: u64 = 112 << 20;
 /// The most memory one compaction merge's rows may take (`compaction_max_merge_bytes`); a
 /// merge holds them and at most one sorted copy, so compaction adds up to twice this.
 const MAX_MERGE_BYTES: u64 = 8 << 20;
