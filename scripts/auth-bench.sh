@@ -3,7 +3,7 @@
 # (quiver-cachebench) and pipelined PostgreSQL point queries (quiver-pgbench) against one
 # release binary with `auth = disabled` and with `auth = required` (a token on every HTTP
 # request; PostgreSQL logs in with SCRAM and every statement checks the token's grants),
-# alternating in the same run. BASE=<binary> adds a third server: an older build, e.g. one
+# alternating in the same run (off first in odd rounds, on first in even ones). BASE=<binary> adds a third server: an older build, e.g. one
 # from before authentication and /metrics existed.
 #
 #   cargo build --release -p quiver-server -p quiver-bench
@@ -49,7 +49,13 @@ run() {
 echo "auth-bench: $(nproc) cores, $(git rev-parse --short HEAD), $(date -u +%FT%TZ)"
 for round in $(seq "$ROUNDS"); do
     echo "## round $round"
-    run off "$BIN"
-    run on "$BIN"
+    # the order alternates, so that a drift of the machine over a round favours neither
+    if (( round % 2 )); then
+        run off "$BIN"
+        run on "$BIN"
+    else
+        run on "$BIN"
+        run off "$BIN"
+    fi
     if [[ -n "${BASE:-}" ]]; then run base "$BASE"; fi
 done

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -147,8 +148,11 @@ pub struct TokenStore {
     /// Held while the file is read and installed, so that a slower reader never installs an
     /// older version over a newer one.
     reloading: Mutex<()>,
-    /// When the file's stamp was last looked at.
-    checked: Mutex<Instant>,
+    /// When the store was opened: [`TokenStore::next_check_ms`] counts from it.
+    opened: Instant,
+    /// Milliseconds after `opened` when the file's stamp is next looked at: one atomic load
+    /// on every request, a compare-and-swap by the one request that does the look.
+    next_check_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for TokenStore {
@@ -169,7 +173,8 @@ impl TokenStore {
             lock_path: data_dir.join(format!("{TOKEN_FILE}.lock")),
             loaded: RwLock::new(Loaded::default()),
             reloading: Mutex::new(()),
-            checked: Mutex::new(Instant::now()),
+            opened: Instant::now(),
+            next_check_ms: AtomicU64::new(REFRESH_INTERVAL.as_millis() as u64),
         };
         store.reload()?;
         Ok(store)
@@ -184,14 +189,19 @@ impl TokenStore {
     /// Re-reads the file if it changed on disk, looking at most every [`REFRESH_INTERVAL`]:
     /// a token revoked by another process is then revoked here too.
     pub fn refresh(&self) {
-        {
-            let mut checked = self.checked.lock();
-            if checked.elapsed() < REFRESH_INTERVAL {
-                return;
-            }
-            *checked = Instant::now();
+        let due = self.next_check_ms.load(Ordering::Relaxed);
+        let now = self.opened.elapsed().as_millis() as u64;
+        if now < due {
+            return;
         }
-        self.reload_if_changed();
+        let next = now + REFRESH_INTERVAL.as_millis() as u64;
+        if self
+            .next_check_ms
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.reload_if_changed();
+        }
     }
 
     /// The token whose secret is `secret`, if any (compared by digest, in constant time).

@@ -27,7 +27,7 @@ use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::filter_order::FilterOrderRule;
 use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
-use crate::governance::{Governor, Limits, QueryControl, StopReason};
+use crate::governance::{Governor, Limits, Placement, QueryControl, StopReason};
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
@@ -556,12 +556,15 @@ impl QueryEngine {
             Ok::<_, DataFusionError>((schema, physical))
         });
         let (schema, physical) = planned.await?;
+        let placement = Placement::of(&physical);
         let execute = move |runtime: Arc<RuntimeEnv>| {
             let task = TaskContext::from(&state).with_runtime(runtime);
             let stream = execute_stream(physical.clone(), Arc::new(task))?;
             Ok(guard_stream(holding(physical, stream)))
         };
-        Ok(self.governor.run(admitted, &self.runtime, schema, execute))
+        Ok(self
+            .governor
+            .run(admitted, &self.runtime, (schema, placement), execute))
     }
 
     /// The queries running and queued, and the means to cancel one.

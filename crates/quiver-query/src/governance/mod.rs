@@ -28,11 +28,15 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
 use datafusion::error::DataFusionError;
 use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, StatisticsArgs, StatisticsContext,
+};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use quiver_model::{ReadGrants, VisibleDatabases};
@@ -378,14 +382,14 @@ impl Governor {
         }
     }
 
-    /// Executes an admitted, planned query on the governor's runtime: `execute` starts it
-    /// there, in the query's runtime environment (the engine's, with a memory pool of its
-    /// own), and its batches come back as they are produced.
+    /// Executes an admitted, planned query where `placement` says: `execute` starts it in
+    /// the query's runtime environment (the engine's, with a memory pool of its own), and its
+    /// batches come back as they are produced.
     pub(crate) fn run<E>(
         &self,
         admitted: Admitted,
         base: &RuntimeEnv,
-        schema: SchemaRef,
+        (schema, placement): (SchemaRef, Placement),
         execute: E,
     ) -> QueryOutput
     where
@@ -394,6 +398,12 @@ impl Governor {
             + 'static,
     {
         let env = admitted.runtime_env(base, self.limits.query_memory_bytes);
+        if placement == Placement::Inline {
+            let stream = inline(admitted, execute(env));
+            let stream: SendableRecordBatchStream =
+                Box::pin(RecordBatchStreamAdapter::new(schema.clone(), stream));
+            return QueryOutput { schema, stream };
+        }
         let (sender, receiver) = mpsc::channel(2);
         let done = Arc::new(AtomicBool::new(false));
         let finished = done.clone();
@@ -416,6 +426,79 @@ impl Governor {
         ));
         QueryOutput { schema, stream }
     }
+}
+
+/// Where a query's plan is driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// On the governor's runtime, its batches crossing to the caller through a channel.
+    QueryRuntime,
+    /// On the caller's task, as the caller polls: for a plan that reads at most a batch's
+    /// worth of rows and fans out to no tasks ([`Placement::of`]), where the hand-over to
+    /// another runtime's threads and back would cost more than the plan itself.
+    Inline,
+}
+
+/// Rows at most a plan run inline may start from.
+const INLINE_MAX_ROWS: usize = 8192;
+
+impl Placement {
+    /// Inline for a plan of one partition throughout (so nothing spawns tasks), without joins
+    /// or unnesting (which can multiply rows), whose every leaf knows it yields at most
+    /// [`INLINE_MAX_ROWS`] (`SELECT 1`, `count(*)` answered from statistics, `VALUES`);
+    /// everything else on the query runtime.
+    pub(crate) fn of(plan: &Arc<dyn ExecutionPlan>) -> Placement {
+        if small_and_serial(plan) {
+            Placement::Inline
+        } else {
+            Placement::QueryRuntime
+        }
+    }
+}
+
+fn small_and_serial(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    if plan.output_partitioning().partition_count() != 1 {
+        return false;
+    }
+    let name = plan.name();
+    if name.contains("Join") || name.contains("Unnest") || name.contains("Recursive") {
+        return false;
+    }
+    let children = plan.children();
+    if children.is_empty() {
+        let statistics = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new());
+        return match statistics.map(|s| s.num_rows) {
+            Ok(Precision::Exact(rows) | Precision::Inexact(rows)) => rows <= INLINE_MAX_ROWS,
+            _ => false,
+        };
+    }
+    children.into_iter().all(small_and_serial)
+}
+
+/// The batches of a plan driven on the caller's task, until its end, its first error or its
+/// stop (deadline, kill, memory ceiling); `admitted` (its slot and listing) lives as long.
+fn inline(
+    admitted: Admitted,
+    started: Result<SendableRecordBatchStream, DataFusionError>,
+) -> impl futures::Stream<Item = Result<RecordBatch, DataFusionError>> {
+    futures::stream::unfold(Some((admitted, started)), |state| async move {
+        let (admitted, started) = state?;
+        let mut stream = match started {
+            Ok(stream) => stream,
+            Err(e) => return Some((Err(e), None)),
+        };
+        let item = tokio::select! {
+            item = stream.next() => item,
+            reason = admitted.stopped() => {
+                Some(Err(DataFusionError::External(Box::new(QueryError::Stopped(reason)))))
+            }
+        };
+        match item {
+            Some(Ok(batch)) => Some((Ok(batch), Some((admitted, Ok(stream))))),
+            Some(Err(e)) => Some((Err(e), None)),
+            None => None,
+        }
+    })
 }
 
 /// Runs a started query to its end on the governor's runtime, passing each batch (or its
@@ -621,5 +704,42 @@ fn lower_priority() {
     // SAFETY: setpriority has no memory effects; `0` names the calling thread on Linux.
     unsafe {
         libc::setpriority(libc::PRIO_PROCESS, 0, QUERY_THREAD_NICE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    async fn placement(sql: &str) -> Placement {
+        let ctx = SessionContext::new();
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        Placement::of(&plan)
+    }
+
+    #[tokio::test]
+    async fn only_small_serial_plans_run_inline() {
+        for small in [
+            "SELECT 1",
+            "SELECT 1 + 2 AS three, 'x' AS x",
+            "SELECT * FROM (VALUES (1), (2), (3)) t(v) WHERE v > 1",
+        ] {
+            assert_eq!(placement(small).await, Placement::Inline, "{small}");
+        }
+        for big in [
+            "SELECT count(*) FROM generate_series(1, 100000000) t(v)",
+            "SELECT * FROM (VALUES (1), (2)) a(x) CROSS JOIN (VALUES (3), (4)) b(y)",
+            "SELECT unnest([1, 2, 3])",
+            "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n FROM r",
+        ] {
+            assert_eq!(placement(big).await, Placement::QueryRuntime, "{big}");
+        }
     }
 }
