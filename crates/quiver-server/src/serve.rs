@@ -219,6 +219,12 @@ async fn serve(config: Config) -> Result<(), ServeError> {
                     .await
             }
             None => {
+                // Without TCP_NODELAY, an answer written in two pieces (headers and a first
+                // chunk, then the rest) waits for the client's delayed ACK: 40 ms on a
+                // keep-alive connection. axum::serve does not set it.
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 axum::serve(listener, app)
                     .with_graceful_shutdown(stopped(stopping))
                     .await
