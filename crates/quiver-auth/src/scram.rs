@@ -34,6 +34,12 @@ pub fn server_nonce() -> String {
 }
 
 /// `HMAC-SHA-256(key, message)`.
+/// `a` XOR `b`, byte by byte (as long as the shorter): a proof from a key and a signature,
+/// and back.
+fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
+    a.iter().zip(b).map(|(x, y)| x ^ y).collect()
+}
+
 pub(crate) fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
     mac.update(message);
@@ -120,11 +126,7 @@ impl AwaitingFinal {
         );
         let stored_key = self.verifier.stored_key_bytes();
         let client_signature = hmac(&stored_key, auth_message.as_bytes());
-        let client_key: Vec<u8> = proof
-            .iter()
-            .zip(client_signature)
-            .map(|(p, s)| p ^ s)
-            .collect();
+        let client_key = xor(&proof, &client_signature);
         let computed: [u8; 32] = Sha256::digest(&client_key).into();
         // slices of different lengths compare unequal
         if !bool::from(computed[..].ct_eq(&stored_key[..])) {
@@ -229,11 +231,7 @@ mod tests {
             let without_proof = "c=biws,r=abcdef";
             let auth_message = format!("n=t,r=abc,{first},{without_proof}");
             let signature = hmac(&stored_key, auth_message.as_bytes());
-            let proof: Vec<u8> = client_key
-                .iter()
-                .zip(signature)
-                .map(|(k, s)| k ^ s)
-                .collect();
+            let proof = xor(&client_key, &signature);
             awaiting.finish(format!("{without_proof},p={}", STANDARD.encode(proof)).as_bytes())
         };
         assert!(login(secret).is_ok());
