@@ -94,10 +94,7 @@ impl ScramVerifier {
     pub fn impossible(user: &str) -> Self {
         static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
         let key = KEY.get_or_init(random_bytes::<32>);
-        let derived = Sha256::new()
-            .chain_update(key)
-            .chain_update(user)
-            .finalize();
+        let derived = crate::scram::hmac(key, user.as_bytes());
         let salt = &derived[..16];
         ScramVerifier {
             salt: STANDARD.encode(salt),

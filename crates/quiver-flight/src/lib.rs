@@ -283,16 +283,16 @@ impl QuiverFlightSql {
         let caller = match request.metadata().get("authorization") {
             None => self.auth.authenticate(Presented::Nothing, peer),
             Some(value) => {
-                let handle = value
+                let bearer = value
                     .to_str()
                     .ok()
                     .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
-                    .and_then(|handle| self.sessions.get(handle.trim()));
-                match handle {
+                    .map(str::trim);
+                match bearer.and_then(|bearer| self.sessions.get(bearer)) {
                     Some(caller) => self.auth.admit_handle(&caller, peer).map(|()| caller),
                     // a handle that expired or predates a restart (128 random bits: not worth
                     // guessing) is not a failed login counted against the client's address
-                    None if is_handle(value) => {
+                    None if bearer.is_some_and(is_handle) => {
                         return Err(Status::unauthenticated(
                             "unknown or expired Flight SQL handle: do the Handshake again",
                         ))
@@ -473,13 +473,9 @@ fn single_batch<E: std::fmt::Display>(
 
 /// True if `authorization` is `Bearer <handle>` with a handle's shape (32 hex digits, see
 /// `QuiverFlightSql::new_handle`), not a token's (`qv_...`).
-fn is_handle(authorization: &MetadataValue<tonic::metadata::Ascii>) -> bool {
-    authorization
-        .to_str()
-        .ok()
-        .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
-        .map(str::trim)
-        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+/// True if a bearer value has the shape of a handle the Handshake gives (32 hex digits).
+fn is_handle(bearer: &str) -> bool {
+    bearer.len() == 32 && bearer.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn strip_prefix_ignore_case<'a>(value: &'a str, prefix: &str) -> Option<&'a str> {

@@ -397,13 +397,10 @@ impl QueryEngine {
         if let Some(ctx) = self.contexts.get(&key) {
             return Ok(ctx);
         }
-        // built once for concurrent first uses
-        self.contexts
-            .try_get_with(key, || self.new_context(database, visible))
-            .map_err(|e| match Arc::try_unwrap(e) {
-                Ok(e) => e,
-                Err(shared) => QueryError::Internal(DataFusionError::Execution(shared.to_string())),
-            })
+        // Concurrent first uses may each build one (each gets its own error, kind and all);
+        // every later use shares the first that was kept.
+        let ctx = self.new_context(database, visible)?;
+        Ok(self.contexts.entry(key).or_insert(ctx).into_value())
     }
 
     fn new_context(

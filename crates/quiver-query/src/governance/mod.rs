@@ -475,30 +475,34 @@ fn small_and_serial(plan: &Arc<dyn ExecutionPlan>) -> bool {
     children.into_iter().all(small_and_serial)
 }
 
-/// The batches of a plan driven on the caller's task, until its end, its first error or its
-/// stop (deadline, kill, memory ceiling); `admitted` (its slot and listing) lives as long.
+/// The answer of a plan driven on the caller's task: at the first poll it is computed whole
+/// (it is small: see [`Placement::of`]), racing its stop (deadline, kill, memory ceiling),
+/// and `admitted` (its slot and listing) is released before any of it is handed out, so a
+/// client that then stops reading holds no slot.
 fn inline(
     admitted: Admitted,
     started: Result<SendableRecordBatchStream, DataFusionError>,
 ) -> impl futures::Stream<Item = Result<RecordBatch, DataFusionError>> {
-    futures::stream::unfold(Some((admitted, started)), |state| async move {
-        let (admitted, started) = state?;
-        let mut stream = match started {
-            Ok(stream) => stream,
-            Err(e) => return Some((Err(e), None)),
+    let answer = async move {
+        let collected = async {
+            let mut batches = Vec::new();
+            let mut stream = started?;
+            while let Some(batch) = stream.next().await {
+                batches.push(Ok(batch?));
+            }
+            Ok::<_, DataFusionError>(batches)
         };
-        let item = tokio::select! {
-            item = stream.next() => item,
+        let outcome = tokio::select! {
+            collected = collected => collected,
             reason = admitted.stopped() => {
-                Some(Err(DataFusionError::External(Box::new(QueryError::Stopped(reason)))))
+                Err(DataFusionError::External(Box::new(QueryError::Stopped(reason))))
             }
         };
-        match item {
-            Some(Ok(batch)) => Some((Ok(batch), Some((admitted, Ok(stream))))),
-            Some(Err(e)) => Some((Err(e), None)),
-            None => None,
-        }
-    })
+        drop(admitted);
+        let items = outcome.unwrap_or_else(|e| vec![Err(e)]);
+        futures::stream::iter(items)
+    };
+    futures::stream::once(answer).flatten()
 }
 
 /// Runs a started query to its end on the governor's runtime, passing each batch (or its
