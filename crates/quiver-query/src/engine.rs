@@ -11,6 +11,7 @@ use datafusion::common::TableReference;
 use datafusion::error::DataFusionError;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::dictionary_group::DictionaryGroupRule;
 use crate::filter_order::FilterOrderRule;
 use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
 use crate::governance::{Governor, Limits, Placement, QueryControl, StopReason};
@@ -410,7 +412,13 @@ impl QueryEngine {
     ) -> Result<SessionContext, QueryError> {
         let config =
             session_config(&self.options).with_default_catalog_and_schema(CATALOG_NAME, database);
-        let ctx = SessionContext::new_with_config_rt(config, self.runtime.clone());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(self.runtime.clone())
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         ctx.register_catalog(
             CATALOG_NAME,
             Arc::new(QuiverCatalog::new(self.store.clone(), visible.clone())),

@@ -10,6 +10,7 @@ mod catalog;
 mod chunk_reader;
 mod column_compare;
 mod dedup_exec;
+mod dictionary_group;
 mod engine;
 mod filter_order;
 pub mod governance;
