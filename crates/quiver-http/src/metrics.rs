@@ -140,6 +140,14 @@ fn describe() {
             "quiver_chunk_cache_evictions_total",
             "Chunk cache entries evicted.",
         ),
+        (
+            "quiver_plan_cache_hits_total",
+            "Queries run from the kept plan of the same statement.",
+        ),
+        (
+            "quiver_plan_cache_misses_total",
+            "Queries whose plan could have been kept but was made anew.",
+        ),
     ] {
         describe_counter!(name, help);
     }
@@ -155,6 +163,7 @@ fn describe() {
             "Entries the result cache holds.",
         ),
         ("quiver_chunk_cache_bytes", "Bytes the chunk cache holds."),
+        ("quiver_plan_cache_plans", "Plans the plan cache holds."),
         ("quiver_queries_running", "Queries running now."),
         ("quiver_queries_queued", "Queries waiting for a slot now."),
     ] {
@@ -212,6 +221,10 @@ fn record_layer_stats(app: &AppState) {
     counter!("quiver_chunk_cache_misses_total").absolute(chunks.misses);
     counter!("quiver_chunk_cache_evictions_total").absolute(chunks.evictions);
     gauge!("quiver_chunk_cache_bytes").set(chunks.bytes as f64);
+    let plans = app.queries.engine().plan_cache_stats();
+    counter!("quiver_plan_cache_hits_total").absolute(plans.hits);
+    counter!("quiver_plan_cache_misses_total").absolute(plans.misses);
+    gauge!("quiver_plan_cache_plans").set(plans.plans as f64);
     let cache = app.queries.stats();
     counter!("quiver_result_cache_hits_total").absolute(cache.hits);
     counter!("quiver_result_cache_misses_total").absolute(cache.misses);

@@ -61,6 +61,8 @@ pub struct QueryAnalysis {
     pub cacheability: Cacheability,
     /// The parsed statement, so that running it does not parse it again.
     pub(crate) statement: DFStatement,
+    /// The SQL dialect it was parsed in (part of its plan's key, with the canonical text).
+    pub(crate) dialect: std::any::TypeId,
 }
 
 /// The canonical text of `sql` under `dialect`: tokens separated by single spaces, comments
@@ -164,6 +166,7 @@ pub(crate) fn analyze(
         tables: tables.into_iter().collect(),
         cacheability,
         statement,
+        dialect: dialect.dialect(),
     })
 }
 

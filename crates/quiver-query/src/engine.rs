@@ -7,12 +7,13 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::error::ArrowError;
 use chrono::{DateTime, Utc};
-use datafusion::common::TableReference;
+use datafusion::common::{ParamValues, TableReference};
 use datafusion::error::DataFusionError;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -28,11 +29,13 @@ use crate::analyze::{self, QueryAnalysis, ScannedTable};
 use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::dictionary_group::DictionaryGroupRule;
 use crate::filter_order::FilterOrderRule;
+use crate::first_rows::FirstRowsRule;
 use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
 use crate::governance::{Governor, Limits, Placement, QueryControl, StopReason};
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
+use crate::plan_cache::{PlanCache, PlanCacheStats};
 
 /// Settings of the SQL engine. The serde names are the server's configuration keys;
 /// `session_setup` is wired by the program, not configured.
@@ -334,6 +337,8 @@ pub struct QueryEngine {
     semantic_settings: String,
     /// Admission, limits and cancellation of running queries.
     governor: Arc<Governor>,
+    /// Optimized plans of repeated statements.
+    plans: PlanCache,
 }
 
 /// What a statement returns and what it needs bound, known before running it.
@@ -385,6 +390,7 @@ impl QueryEngine {
                 .build(),
             semantic_settings,
             governor,
+            plans: PlanCache::new(),
         })
     }
 
@@ -417,6 +423,7 @@ impl QueryEngine {
             .with_runtime_env(self.runtime.clone())
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
+            .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_catalog(
@@ -533,9 +540,8 @@ impl QueryEngine {
         for table in &analysis.tables {
             self.check_table_exists(table)?;
         }
-        let mut state = self
-            .context(&analysis.database, &options.control.visible_databases())?
-            .state();
+        let visible = options.control.visible_databases();
+        let mut state = self.context(&analysis.database, &visible)?.state();
         if let Some(now) = options.now {
             state.execution_props_mut().query_execution_start_time = Some(now);
         }
@@ -546,18 +552,25 @@ impl QueryEngine {
         // planned here (short, and what fails most often: a 400 before anything runs),
         // executed on the governor's runtime
         let params = options.params.to_param_values();
+        let slot = PlanCache::slot(&self.store, analysis, &visible, params.is_some());
+        let cached = slot.as_ref().and_then(|slot| self.plans.get(slot));
         let planned = guard_future("planning the query", async {
-            let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
-            datafusion::execution::context::SQLOptions::new()
-                .with_allow_ddl(false)
-                .with_allow_dml(false)
-                .with_allow_statements(false)
-                .verify_plan(&plan)?;
-            if let Some(params) = params {
-                plan = plan.with_param_values(params)?;
-            }
-            let schema = Arc::new(plan.schema().as_arrow().clone());
-            let physical = state.create_physical_plan(&plan).await?;
+            let optimized = match cached {
+                Some(plan) => plan,
+                None => {
+                    let plan = logical_plan(&state, analysis, params).await?;
+                    let optimized = state.optimize(&plan)?;
+                    if let Some(slot) = slot {
+                        self.plans.insert(slot, &optimized);
+                    }
+                    optimized
+                }
+            };
+            let schema = Arc::new(optimized.schema().as_arrow().clone());
+            let physical = state
+                .query_planner()
+                .create_physical_plan(&optimized, &state)
+                .await?;
             Ok::<_, DataFusionError>((schema, physical))
         });
         let (schema, physical) = planned.await?;
@@ -570,6 +583,11 @@ impl QueryEngine {
         Ok(self
             .governor
             .run(admitted, &self.runtime, (schema, placement), execute))
+    }
+
+    /// How the cache of repeated statements' plans has done.
+    pub fn plan_cache_stats(&self) -> PlanCacheStats {
+        self.plans.stats()
     }
 
     /// The queries running and queued, and the means to cancel one.
@@ -646,6 +664,24 @@ impl QueryEngine {
         }
         Ok(())
     }
+}
+
+/// The logical plan of an analysed read-only statement, with `params` bound.
+async fn logical_plan(
+    state: &SessionState,
+    analysis: &QueryAnalysis,
+    params: Option<ParamValues>,
+) -> Result<LogicalPlan, DataFusionError> {
+    let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
+    datafusion::execution::context::SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+        .verify_plan(&plan)?;
+    if let Some(params) = params {
+        plan = plan.with_param_values(params)?;
+    }
+    Ok(plan)
 }
 
 /// `stream`, keeping `plan` (and the files its scans hold) until the query ends: a file a

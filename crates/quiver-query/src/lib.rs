@@ -13,10 +13,12 @@ mod dedup_exec;
 mod dictionary_group;
 mod engine;
 mod filter_order;
+mod first_rows;
 pub mod governance;
 mod latest;
 mod panic_guard;
 mod params;
+mod plan_cache;
 mod provider;
 mod tag_filter;
 
@@ -28,4 +30,5 @@ pub use engine::{
     StatementDescription,
 };
 pub use params::QueryParams;
+pub use plan_cache::PlanCacheStats;
 pub use provider::QuiverTable;
