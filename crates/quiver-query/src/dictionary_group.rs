@@ -43,6 +43,8 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use crate::run_states::{Run, RunAggregate};
+
 /// The physical rule that puts [`DictionaryGroupExec`] in place of qualifying partial
 /// aggregates (module docs).
 #[derive(Debug, Default)]
@@ -83,6 +85,8 @@ pub struct DictionaryGroupExec {
     group_column: usize,
     /// The aggregates, in the order of their state columns in the output.
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// Each aggregate's state over a run of rows, where it is computed here.
+    run_aggregates: Vec<Option<RunAggregate>>,
     /// The output: the group column, then every aggregate's state fields.
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
@@ -110,10 +114,16 @@ impl DictionaryGroupExec {
             input.schema().field(column.index()).data_type(),
             DataType::Dictionary(key, value) if **key == DataType::Int32 && **value == DataType::Utf8
         );
+        let input_schema = input.schema();
         (qualifies && is_tag).then(|| DictionaryGroupExec {
             input: input.clone(),
             group_column: column.index(),
             aggregates: aggregate.aggr_expr().to_vec(),
+            run_aggregates: aggregate
+                .aggr_expr()
+                .iter()
+                .map(|a| RunAggregate::of(a, &input_schema))
+                .collect(),
             schema: aggregate.schema(),
             properties: aggregate.properties().clone(),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -171,6 +181,7 @@ impl ExecutionPlan for DictionaryGroupExec {
             input: children.remove(0),
             group_column: self.group_column,
             aggregates: self.aggregates.clone(),
+            run_aggregates: self.run_aggregates.clone(),
             schema: self.schema.clone(),
             properties: self.properties.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -199,6 +210,7 @@ impl ExecutionPlan for DictionaryGroupExec {
             group_column: self.group_column,
             arguments: self.aggregates.iter().map(|a| a.expressions()).collect(),
             accumulators,
+            run_aggregates: self.run_aggregates.clone(),
             groups: Groups::default(),
             reservation,
             schema: self.schema.clone(),
@@ -221,6 +233,10 @@ impl ExecutionPlan for DictionaryGroupExec {
 /// No group assigned to a dictionary key yet.
 const UNMAPPED: usize = usize::MAX;
 
+/// The shortest average run of one key for which states are computed per run rather than
+/// rows fed one by one.
+const MIN_RUN: usize = 8;
+
 /// The groups seen so far and the mapping of the current dictionary's keys to them.
 #[derive(Default)]
 struct Groups {
@@ -236,9 +252,8 @@ struct Groups {
 }
 
 impl Groups {
-    /// Every row's group index, into `indices`.
-    fn assign(&mut self, column: &DictionaryArray<Int32Type>, indices: &mut Vec<usize>) {
-        let dictionary = column.values();
+    /// Maps the keys of `dictionary` from now on (keeps the mapping if it is the last one).
+    fn use_dictionary(&mut self, dictionary: &ArrayRef) {
         if !self
             .dictionary
             .as_ref()
@@ -248,6 +263,40 @@ impl Groups {
             self.mapping.clear();
             self.mapping.resize(dictionary.len(), UNMAPPED);
         }
+    }
+
+    /// The runs of rows with equal keys and their groups, if `column` has no null key and
+    /// its runs are at least [`MIN_RUN`] rows long on average.
+    fn runs(&mut self, column: &DictionaryArray<Int32Type>) -> Option<Vec<Run>> {
+        let keys = column.keys();
+        if keys.null_count() > 0 || keys.is_empty() {
+            return None;
+        }
+        let keys = keys.values();
+        let mut starts = vec![0];
+        starts.extend((1..keys.len()).filter(|&i| keys[i] != keys[i - 1]));
+        if starts.len() * MIN_RUN > keys.len() {
+            return None;
+        }
+        self.use_dictionary(column.values());
+        let values = column.values().as_string::<i32>();
+        let ends = starts.iter().skip(1).copied().chain([keys.len()]);
+        let runs = starts
+            .iter()
+            .zip(ends)
+            .map(|(&start, end)| Run {
+                start,
+                end,
+                group: self.group_of_key(values, keys[start] as usize),
+            })
+            .collect();
+        Some(runs)
+    }
+
+    /// Every row's group index, into `indices`.
+    fn assign(&mut self, column: &DictionaryArray<Int32Type>, indices: &mut Vec<usize>) {
+        let dictionary = column.values();
+        self.use_dictionary(dictionary);
         let values = dictionary.as_string::<i32>();
         indices.clear();
         indices.reserve(column.len());
@@ -330,6 +379,7 @@ struct GroupState {
     /// Every aggregate's argument expressions.
     arguments: Vec<Vec<Arc<dyn PhysicalExpr>>>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    run_aggregates: Vec<Option<RunAggregate>>,
     groups: Groups,
     reservation: MemoryReservation,
     schema: SchemaRef,
@@ -381,12 +431,30 @@ impl GroupState {
             .ok_or_else(|| {
                 DataFusionError::Internal("DictionaryGroupExec: the group column changed".into())
             })?;
-        let mut indices = Vec::new();
-        self.groups.assign(column, &mut indices);
         let arguments = evaluate_many(&self.arguments, batch)?;
+        let runs = self.groups.runs(column);
+        let mut indices = Vec::new();
+        if runs.is_none() {
+            self.groups.assign(column, &mut indices);
+        }
         let total = self.groups.values.len();
-        for (accumulator, values) in self.accumulators.iter_mut().zip(&arguments) {
-            accumulator.update_batch(values, &indices, None, total)?;
+        let aggregates = self.accumulators.iter_mut().zip(&self.run_aggregates);
+        for ((accumulator, kind), values) in aggregates.zip(&arguments) {
+            match (&runs, kind) {
+                (Some(runs), Some(kind)) => {
+                    kind.merge_runs(accumulator.as_mut(), &values[0], runs, total)?
+                }
+                (Some(runs), None) => {
+                    if indices.is_empty() {
+                        indices = runs
+                            .iter()
+                            .flat_map(|r| std::iter::repeat_n(r.group, r.end - r.start))
+                            .collect();
+                    }
+                    accumulator.update_batch(values, &indices, None, total)?
+                }
+                (None, _) => accumulator.update_batch(values, &indices, None, total)?,
+            }
         }
         let held = self.groups.size() + self.accumulators.iter().map(|a| a.size()).sum::<usize>();
         if self.reservation.try_resize(held).is_err() {
@@ -476,11 +544,22 @@ mod tests {
                 shared.slice(0, 5),
                 shared.slice(5, 3),
             ],
-            vec![batch(
-                &[Some("d"), Some("a")],
-                &[Some(1), Some(0), None, Some(1)],
-            )],
+            vec![
+                batch(&[Some("d"), Some("a")], &[Some(1), Some(0), None, Some(1)]),
+                // long runs of one key, as sorted data has them: states computed per run
+                batch(
+                    &[Some("a"), Some("e"), None],
+                    &sorted_keys(&[(0, 20), (1, 12), (2, 9)]),
+                ),
+            ],
         ]
+    }
+
+    /// `count` rows of each `(key, count)`, in order.
+    fn sorted_keys(runs: &[(i32, usize)]) -> Vec<Option<i32>> {
+        runs.iter()
+            .flat_map(|&(key, count)| std::iter::repeat_n(Some(key), count))
+            .collect()
     }
 
     fn context(with_rule: bool, data: Vec<Vec<RecordBatch>>) -> SessionContext {
@@ -519,8 +598,8 @@ mod tests {
     }
 
     const REPLACED: &[&str] = &[
-        "SELECT tag, avg(v), sum(i), count(*), count(v), min(v), max(i), min(tag), max(tag) \
-         FROM t GROUP BY tag",
+        "SELECT tag, avg(v), sum(i), count(*), count(v), min(v), max(i), min(tag), max(tag), \
+         sum(v), min(i) FROM t GROUP BY tag",
         "SELECT tag, sum(v) FROM t WHERE i > 0 GROUP BY tag HAVING count(*) > 1",
         "SELECT upper(tag) AS u, n FROM (SELECT tag, count(*) AS n FROM t GROUP BY tag) s",
         "SELECT tag FROM t GROUP BY tag",
@@ -582,7 +661,7 @@ mod tests {
             let batches: Vec<RecordBatch> = stream.map(|b| b.unwrap()).collect().await;
             emitted += batches.len();
         }
-        assert_eq!(emitted, 4, "one emission per input batch");
+        assert_eq!(emitted, 5, "one emission per input batch");
         // the whole plan (its final stage reserves nothing it cannot get here) is still exact
         assert_eq!(run(&ctx, REPLACED[0]).await.0, expected);
     }
@@ -602,7 +681,12 @@ mod tests {
         let one = dictionary.prop_flat_map(|dictionary| {
             let len = dictionary.len() as i32;
             let keys = prop::collection::vec(prop::option::weighted(0.9, 0..len), 0..40);
-            keys.prop_map(move |keys| {
+            // half of the batches sorted, without null keys: long runs of one key
+            (keys, any::<bool>()).prop_map(move |(mut keys, sorted)| {
+                if sorted {
+                    keys.retain(Option::is_some);
+                    keys.sort();
+                }
                 let words: Vec<Option<&str>> = dictionary.iter().map(|w| w.as_deref()).collect();
                 batch(&words, &keys)
             })

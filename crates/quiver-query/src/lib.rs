@@ -20,6 +20,7 @@ mod panic_guard;
 mod params;
 mod plan_cache;
 mod provider;
+mod run_states;
 mod tag_filter;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
