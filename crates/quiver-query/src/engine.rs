@@ -30,6 +30,7 @@ use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::dictionary_group::DictionaryGroupRule;
 use crate::filter_order::FilterOrderRule;
 use crate::first_rows::FirstRowsRule;
+use crate::float_compare::FloatCompareRule;
 use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
 use crate::governance::{Governor, Limits, Placement, QueryControl, StopReason};
 use crate::latest::LatestRowsRule;
@@ -424,6 +425,7 @@ impl QueryEngine {
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
             .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
+            .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_catalog(

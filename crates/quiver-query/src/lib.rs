@@ -14,6 +14,7 @@ mod dictionary_group;
 mod engine;
 mod filter_order;
 mod first_rows;
+mod float_compare;
 pub mod governance;
 mod latest;
 mod panic_guard;
