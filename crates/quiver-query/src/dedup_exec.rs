@@ -26,6 +26,8 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use quiver_storage::{deduplicate_complete_runs, deduplicate_sorted};
 
+use crate::plan_nodes::only_child;
+
 /// Merges rows of equal (series, time) in a sorted stream; see the module documentation.
 #[derive(Debug)]
 pub struct DeduplicateExec {
@@ -116,15 +118,10 @@ impl ExecutionPlan for DeduplicateExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(
-                "DeduplicateExec has exactly one input".into(),
-            ));
-        }
         Ok(Arc::new(DeduplicateExec::new(
-            children.remove(0),
+            only_child(children, "DeduplicateExec")?,
             self.key_columns.clone(),
             self.field_columns.clone(),
             self.input_order.clone(),

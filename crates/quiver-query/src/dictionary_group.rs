@@ -26,7 +26,7 @@ use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, Int32Array, Record
 use arrow::array::{StringArray, StringBuilder};
 use arrow::datatypes::{DataType, Int32Type, SchemaRef};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -43,6 +43,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use crate::plan_nodes::{only_child, rewrite_nodes, visit_each};
 use crate::run_states::{Run, RunAggregate};
 
 /// The physical rule that puts [`DictionaryGroupExec`] in place of qualifying partial
@@ -56,16 +57,10 @@ impl PhysicalOptimizerRule for DictionaryGroupRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            let Some(aggregate) = node.downcast_ref::<AggregateExec>() else {
-                return Ok(Transformed::no(node));
-            };
-            Ok(match DictionaryGroupExec::replacing(aggregate) {
-                Some(exec) => Transformed::yes(Arc::new(exec) as Arc<dyn ExecutionPlan>),
-                None => Transformed::no(node),
-            })
+        rewrite_nodes(plan, |aggregate: &AggregateExec, _| {
+            Ok(DictionaryGroupExec::replacing(aggregate)
+                .map(|exec| Arc::new(exec) as Arc<dyn ExecutionPlan>))
         })
-        .map(|rewritten| rewritten.data)
     }
 
     fn name(&self) -> &str {
@@ -160,25 +155,20 @@ impl ExecutionPlan for DictionaryGroupExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        for expr in self.aggregates.iter().flat_map(|a| a.expressions()) {
-            if f(&expr)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        let expressions: Vec<_> = self
+            .aggregates
+            .iter()
+            .flat_map(|a| a.expressions())
+            .collect();
+        visit_each(&expressions, f)
     }
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(
-                "DictionaryGroupExec has exactly one input".into(),
-            ));
-        }
         Ok(Arc::new(DictionaryGroupExec {
-            input: children.remove(0),
+            input: only_child(children, "DictionaryGroupExec")?,
             group_column: self.group_column,
             aggregates: self.aggregates.clone(),
             run_aggregates: self.run_aggregates.clone(),
@@ -487,13 +477,13 @@ impl GroupState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan_nodes::testing::{answer_and_use, physical_plan};
     use arrow::array::{Float64Array, Int64Array};
     use arrow::datatypes::{Field, Schema};
     use datafusion::datasource::MemTable;
     use datafusion::execution::memory_pool::GreedyMemoryPool;
     use datafusion::execution::runtime_env::RuntimeEnvBuilder;
     use datafusion::execution::session_state::SessionStateBuilder;
-    use datafusion::physical_plan::{collect, displayable};
     use datafusion::prelude::{SessionConfig, SessionContext};
     use proptest::prelude::*;
 
@@ -577,22 +567,7 @@ mod tests {
 
     /// The answer as sorted lines, and whether the plan used the operator.
     async fn run(ctx: &SessionContext, sql: &str) -> (Vec<String>, bool) {
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let used = displayable(plan.as_ref())
-            .indent(false)
-            .to_string()
-            .contains("DictionaryGroupExec");
-        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
-        let text = arrow::util::pretty::pretty_format_batches(&batches)
-            .unwrap()
-            .to_string();
-        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let (mut lines, used) = answer_and_use(ctx, sql, "DictionaryGroupExec").await;
         lines.sort();
         (lines, used)
     }
@@ -646,13 +621,7 @@ mod tests {
             .build_arc()
             .unwrap();
         let ctx = context(true, partitions());
-        let plan = ctx
-            .sql(REPLACED[0])
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical_plan(&ctx, REPLACED[0]).await;
         let partial = find_operator(&plan).expect("the operator is in the plan");
         let task = Arc::new(TaskContext::from(&ctx.state()).with_runtime(runtime));
         let mut emitted = 0;

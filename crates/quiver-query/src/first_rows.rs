@@ -20,9 +20,9 @@ use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::ScalarValue;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
@@ -38,6 +38,8 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use crate::plan_nodes::{only_child, rewrite_nodes, visit_each};
+
 /// The physical rule that puts [`FirstRowsExec`] in place of a rank-one `row_number()` window
 /// (module docs).
 #[derive(Debug, Default)]
@@ -49,20 +51,13 @@ impl PhysicalOptimizerRule for FirstRowsRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            let Some(filter) = node.downcast_ref::<FilterExec>() else {
-                return Ok(Transformed::no(node));
-            };
+        rewrite_nodes(plan, |filter: &FilterExec, node| {
             let Some(first_rows) = FirstRowsExec::replacing(filter) else {
-                return Ok(Transformed::no(node));
+                return Ok(None);
             };
             let first_rows: Arc<dyn ExecutionPlan> = Arc::new(first_rows);
-            Ok(Transformed::yes(replace_children_if_necessary(
-                node,
-                vec![first_rows],
-            )?))
+            replace_children_if_necessary(node.clone(), vec![first_rows]).map(Some)
         })
-        .map(|rewritten| rewritten.data)
     }
 
     fn name(&self) -> &str {
@@ -166,25 +161,15 @@ impl ExecutionPlan for FirstRowsExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        for key in &self.keys {
-            if f(key)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        visit_each(&self.keys, f)
     }
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(
-                "FirstRowsExec has exactly one input".into(),
-            ));
-        }
         Ok(Arc::new(FirstRowsExec {
-            input: children.remove(0),
+            input: only_child(children, "FirstRowsExec")?,
             keys: self.keys.clone(),
             schema: self.schema.clone(),
             properties: self.properties.clone(),
@@ -275,11 +260,11 @@ impl RunStarts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan_nodes::testing::answer_and_use;
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::datasource::MemTable;
     use datafusion::execution::session_state::SessionStateBuilder;
-    use datafusion::physical_plan::{collect, displayable};
     use datafusion::prelude::{SessionConfig, SessionContext};
     use proptest::prelude::*;
 
@@ -322,22 +307,7 @@ mod tests {
 
     /// The answer as lines in the query's order, and whether the plan used the operator.
     async fn run(ctx: &SessionContext, sql: &str) -> (Vec<String>, bool) {
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let used = displayable(plan.as_ref())
-            .indent(false)
-            .to_string()
-            .contains("FirstRowsExec");
-        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
-        let text = arrow::util::pretty::pretty_format_batches(&batches)
-            .unwrap()
-            .to_string();
-        (text.lines().map(str::to_string).collect(), used)
+        answer_and_use(ctx, sql, "FirstRowsExec").await
     }
 
     const ROWS: &[Row] = &[

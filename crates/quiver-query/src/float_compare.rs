@@ -30,6 +30,8 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::plan_nodes::{only_child, rewrite_nodes};
+
 /// The physical rule that puts [`FloatCompareExpr`] in filter predicates (module docs).
 #[derive(Debug, Default)]
 pub struct FloatCompareRule;
@@ -40,27 +42,21 @@ impl PhysicalOptimizerRule for FloatCompareRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            let Some(filter) = node.downcast_ref::<FilterExec>() else {
-                return Ok(Transformed::no(node));
-            };
+        rewrite_nodes(plan, |filter: &FilterExec, _| {
             let schema = filter.input().schema();
             let predicate = filter
                 .predicate()
                 .clone()
                 .transform_up(|expr| Ok(replace(expr, &schema)))?;
             if !predicate.transformed {
-                return Ok(Transformed::no(node));
+                return Ok(None);
             }
             // the same filter (projection, selectivity, batch size, fetch), new predicate
             let rewritten = FilterExecBuilder::from(filter)
                 .with_predicate(predicate.data)
                 .build()?;
-            Ok(Transformed::yes(
-                Arc::new(rewritten) as Arc<dyn ExecutionPlan>
-            ))
+            Ok(Some(Arc::new(rewritten) as Arc<dyn ExecutionPlan>))
         })
-        .map(|rewritten| rewritten.data)
     }
 
     fn name(&self) -> &str {
@@ -277,15 +273,10 @@ impl PhysicalExpr for FloatCompareExpr {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn PhysicalExpr>>,
+        children: Vec<Arc<dyn PhysicalExpr>>,
     ) -> Result<Arc<dyn PhysicalExpr>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(
-                "FloatCompareExpr has exactly one child".into(),
-            ));
-        }
         Ok(Arc::new(FloatCompareExpr {
-            column: children.remove(0),
+            column: only_child(children, "FloatCompareExpr")?,
             comparison: self.comparison,
             number: self.number,
         }))

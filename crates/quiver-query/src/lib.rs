@@ -20,6 +20,7 @@ mod latest;
 mod panic_guard;
 mod params;
 mod plan_cache;
+mod plan_nodes;
 mod provider;
 mod run_states;
 mod tag_filter;

@@ -13,13 +13,6 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, FlagOverrides};
 
-/// mimalloc instead of the system allocator: a query allocates and frees many small buffers
-/// (plans, expressions, batches), and glibc's malloc took a quarter of a small query's CPU
-/// time. mimalloc returns freed pages to the system after a short delay, so the resident
-/// size the memory ceiling watches still falls when a query lets go.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Quiver: an Arrow-native time-series and analytics server.
 #[derive(Debug, Parser)]
 #[command(name = "quiver", version, about)]

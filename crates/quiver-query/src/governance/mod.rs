@@ -714,17 +714,11 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan_nodes::testing::physical_plan;
     use datafusion::prelude::SessionContext;
 
     async fn placement(sql: &str) -> Placement {
-        let ctx = SessionContext::new();
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical_plan(&SessionContext::new(), sql).await;
         Placement::of(&plan)
     }
 

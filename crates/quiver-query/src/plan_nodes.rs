@@ -1,0 +1,89 @@
+//! What Quiver's own plan nodes (the operators and expressions its physical rules put into
+//! DataFusion's plans) share: taking their one child, showing their expressions to
+//! DataFusion's tree walks, and, for their tests, running a statement and telling whether a
+//! node was used.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// `plan` with every node of type `N` for which `rewrite` gives a replacement replaced,
+/// bottom up (what each of Quiver's physical rules does).
+pub(crate) fn rewrite_nodes<N: ExecutionPlan + 'static>(
+    plan: Arc<dyn ExecutionPlan>,
+    rewrite: impl Fn(&N, &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let replacement = match node.downcast_ref::<N>() {
+            Some(typed) => rewrite(typed, &node)?,
+            None => None,
+        };
+        Ok(match replacement {
+            Some(new) => Transformed::yes(new),
+            None => Transformed::no(node),
+        })
+    })
+    .map(|rewritten| rewritten.data)
+}
+
+/// The one element of `children` given to `node`'s `with_new_children`.
+pub(crate) fn only_child<T>(children: Vec<T>, node: &str) -> Result<T> {
+    let count = children.len();
+    let [child]: [T; 1] = children.try_into().map_err(|_| {
+        DataFusionError::Internal(format!("{node} has exactly one child, was given {count}"))
+    })?;
+    Ok(child)
+}
+
+/// Calls `f` on each of `expressions` in turn until it says stop (`apply_expressions`).
+pub(crate) fn visit_each<'a>(
+    expressions: impl IntoIterator<Item = &'a Arc<dyn PhysicalExpr>>,
+    f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+) -> Result<TreeNodeRecursion> {
+    for expression in expressions {
+        if f(expression)? == TreeNodeRecursion::Stop {
+            return Ok(TreeNodeRecursion::Stop);
+        }
+    }
+    Ok(TreeNodeRecursion::Continue)
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
+    use datafusion::prelude::SessionContext;
+
+    /// The physical plan of `sql` in `ctx`.
+    pub(crate) async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        ctx.sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap()
+    }
+
+    /// The answer to `sql` in `ctx` as lines of a table, in its order, and whether its plan
+    /// has a node named `node`.
+    pub(crate) async fn answer_and_use(
+        ctx: &SessionContext,
+        sql: &str,
+        node: &str,
+    ) -> (Vec<String>, bool) {
+        let plan = physical_plan(ctx, sql).await;
+        let used = displayable(plan.as_ref())
+            .indent(false)
+            .to_string()
+            .contains(node);
+        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        (text.lines().map(str::to_string).collect(), used)
+    }
+}
