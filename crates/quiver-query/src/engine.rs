@@ -557,18 +557,20 @@ impl QueryEngine {
         let slot = PlanCache::slot(&self.store, analysis, &visible, params.is_some());
         let cached = slot.as_ref().and_then(|slot| self.plans.get(slot));
         let planned = guard_future("planning the query", async {
-            let optimized = match cached {
-                Some(plan) => plan,
+            // the answer's schema is the statement's (as describing it gives), not the
+            // optimized plan's: the optimizer may change a column's nullability
+            let (optimized, schema) = match cached {
+                Some(kept) => kept,
                 None => {
                     let plan = logical_plan(&state, analysis, params).await?;
+                    let schema = Arc::new(plan.schema().as_arrow().clone());
                     let optimized = state.optimize(&plan)?;
                     if let Some(slot) = slot {
-                        self.plans.insert(slot, &optimized);
+                        self.plans.insert(slot, &optimized, &schema);
                     }
-                    optimized
+                    (optimized, schema)
                 }
             };
-            let schema = Arc::new(optimized.schema().as_arrow().clone());
             let physical = state
                 .query_planner()
                 .create_physical_plan(&optimized, &state)

@@ -41,9 +41,11 @@ struct PlanKey {
     canonical: String,
 }
 
-/// A plan and the tables (with their schemas) it was made for.
+/// A plan, the schema of the statement's answer, and the tables (with their schemas) it was
+/// made for.
 struct CachedPlan {
     plan: LogicalPlan,
+    output: SchemaRef,
     tables: Vec<(Arc<Table>, SchemaRef)>,
 }
 
@@ -124,8 +126,9 @@ impl PlanCache {
         })
     }
 
-    /// The plan kept in `slot`, if it was made for the tables the slot found.
-    pub(crate) fn get(&self, slot: &PlanSlot) -> Option<LogicalPlan> {
+    /// The plan kept in `slot` and its answer's schema, if it was made for the tables the
+    /// slot found.
+    pub(crate) fn get(&self, slot: &PlanSlot) -> Option<(LogicalPlan, SchemaRef)> {
         let plan = self.plans.get(&slot.key).and_then(|cached| {
             let same_tables = cached.tables.len() == slot.tables.len()
                 && cached
@@ -133,7 +136,7 @@ impl PlanCache {
                     .iter()
                     .zip(&slot.tables)
                     .all(|((t1, s1), (t2, s2))| Arc::ptr_eq(t1, t2) && Arc::ptr_eq(s1, s2));
-            same_tables.then(|| cached.plan.clone())
+            same_tables.then(|| (cached.plan.clone(), cached.output.clone()))
         });
         let counter = if plan.is_some() {
             &self.hits
@@ -144,10 +147,12 @@ impl PlanCache {
         plan
     }
 
-    /// Keeps `plan`, made after `slot` was taken, for the slot's tables.
-    pub(crate) fn insert(&self, slot: PlanSlot, plan: &LogicalPlan) {
+    /// Keeps `plan` (whose answer has `output` as its schema), made after `slot` was taken,
+    /// for the slot's tables.
+    pub(crate) fn insert(&self, slot: PlanSlot, plan: &LogicalPlan, output: &SchemaRef) {
         let cached = CachedPlan {
             plan: plan.clone(),
+            output: output.clone(),
             tables: slot.tables,
         };
         self.plans.insert(slot.key, Arc::new(cached));
