@@ -7,13 +7,15 @@ use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Expr;
 
-/// The column `expr` reads, as is or through casts to types `cast_ok` accepts (`TRY_CAST`
-/// never fails, so it is always accepted).
+/// The column `expr` reads, as is or through casts (`CAST` or `TRY_CAST`) to types `cast_ok`
+/// accepts. `TRY_CAST` is held to the same test: it never fails, but a cast to another type
+/// changes the value compared (`CAST(TRY_CAST(host AS BIGINT) AS VARCHAR) = '5'` holds for
+/// `host = '05'`), which a tag comparison on dictionary codes must not assume away.
 pub(crate) fn column_name(expr: &Expr, cast_ok: impl Fn(&DataType) -> bool + Copy) -> Option<&str> {
     match expr {
         Expr::Column(column) => Some(&column.name),
         Expr::Cast(cast) if cast_ok(cast.field.data_type()) => column_name(&cast.expr, cast_ok),
-        Expr::TryCast(cast) => column_name(&cast.expr, cast_ok),
+        Expr::TryCast(cast) if cast_ok(cast.field.data_type()) => column_name(&cast.expr, cast_ok),
         _ => None,
     }
 }
@@ -26,7 +28,7 @@ pub(crate) fn literal(
     match expr {
         Expr::Literal(value, _) => Some(value),
         Expr::Cast(cast) if cast_ok(cast.field.data_type()) => literal(&cast.expr, cast_ok),
-        Expr::TryCast(cast) => literal(&cast.expr, cast_ok),
+        Expr::TryCast(cast) if cast_ok(cast.field.data_type()) => literal(&cast.expr, cast_ok),
         _ => None,
     }
 }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, UInt64Array};
+use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
 use datafusion::error::Result;
 use datafusion::logical_expr::GroupsAccumulator;
@@ -79,9 +80,11 @@ impl RunAggregate {
     ) -> Result<()> {
         let (states, groups): (Vec<ArrayRef>, Vec<usize>) = match self {
             RunAggregate::Count => {
+                // a dictionary's logical nulls are built anew at each call: once per batch
+                let nulls = values.logical_nulls();
                 let counts: Int64Array = runs
                     .iter()
-                    .map(|r| Some(valid_rows(values.as_ref(), r) as i64))
+                    .map(|r| Some(valid_rows(nulls.as_ref(), r) as i64))
                     .collect();
                 let groups = runs.iter().map(|r| r.group).collect();
                 (vec![Arc::new(counts)], groups)
@@ -128,10 +131,10 @@ impl RunAggregate {
     }
 }
 
-/// Rows of `run` whose value is not null.
-fn valid_rows(values: &dyn Array, run: &Run) -> usize {
+/// Rows of `run` that are not null under `nulls` (none: every row).
+fn valid_rows(nulls: Option<&NullBuffer>, run: &Run) -> usize {
     let len = run.end - run.start;
-    match values.logical_nulls() {
+    match nulls {
         None => len,
         Some(nulls) => nulls.inner().slice(run.start, len).count_set_bits(),
     }

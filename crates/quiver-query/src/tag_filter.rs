@@ -172,7 +172,7 @@ mod tests {
 
     use arrow::array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::prelude::{col, lit};
+    use datafusion::prelude::{cast, col, lit, try_cast};
 
     use super::*;
 
@@ -283,5 +283,22 @@ mod tests {
             "an OR reaching another column keeps every row"
         );
         assert_eq!(kept(&batch, col("missing").eq(lit("a"))), all);
+    }
+
+    #[test]
+    fn a_cast_through_another_type_is_not_a_tag_comparison() {
+        // '05' and '5' differ as tags but not once cast through a number: the prefilter must
+        // not judge such a comparison on the tag's own values
+        let mut hosts = vec![Some("c"); 100];
+        hosts[3] = Some("a");
+        let batch = batch(hosts);
+        let all: Vec<i64> = (0..100).collect();
+        let through_number = |e: Expr| cast(try_cast(e, DataType::Int64), DataType::Utf8);
+        assert_eq!(kept(&batch, through_number(col("host")).eq(lit("a"))), all);
+        assert_eq!(
+            kept(&batch, try_cast(col("host"), DataType::Utf8).eq(lit("a"))),
+            vec![3],
+            "a TRY_CAST to a string keeps the tag's values"
+        );
     }
 }
