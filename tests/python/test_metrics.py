@@ -92,6 +92,10 @@ def test_metrics_cover_every_layer_and_pass_promtool(spawn_quiver, quiver_bin: P
     assert sample(text, "quiver_result_cache_hits_total") >= 1
     assert sample(text, "quiver_result_cache_misses_total") >= 1
     assert sample(text, "quiver_chunk_cache_bytes") >= 0
+    # the statements above were planned (result-cache misses): their plans are kept
+    assert sample(text, "quiver_plan_cache_misses_total") >= 1
+    assert sample(text, "quiver_plan_cache_plans") >= 1
+    sample(text, "quiver_plan_cache_hits_total")  # exported (sample asserts the series exists)
     assert sample(text, "quiver_auth_failures_total", reason="invalid_token") == 1
     assert sample(text, "quiver_queries_running") == 0
 

@@ -88,6 +88,9 @@ impl PlanCache {
 
     /// Hits, misses and plans kept.
     pub(crate) fn stats(&self) -> PlanCacheStats {
+        // moka counts entries lazily: settle its pending inserts first, or a scrape right
+        // after the first plans were kept reads 0
+        self.plans.run_pending_tasks();
         PlanCacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
