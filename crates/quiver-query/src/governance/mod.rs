@@ -444,7 +444,7 @@ const INLINE_MAX_ROWS: usize = 8192;
 
 impl Placement {
     /// Inline for a plan of one partition throughout (so nothing spawns tasks), without joins
-    /// or unnesting (which can multiply rows), whose every leaf knows it yields at most
+    /// or unnesting (which can multiply rows), whose every leaf knows exactly that it yields at most
     /// [`INLINE_MAX_ROWS`] (`SELECT 1`, `count(*)` answered from statistics, `VALUES`);
     /// everything else on the query runtime.
     pub(crate) fn of(plan: &Arc<dyn ExecutionPlan>) -> Placement {
@@ -468,7 +468,8 @@ fn small_and_serial(plan: &Arc<dyn ExecutionPlan>) -> bool {
     if children.is_empty() {
         let statistics = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new());
         return match statistics.map(|s| s.num_rows) {
-            Ok(Precision::Exact(rows) | Precision::Inexact(rows)) => rows <= INLINE_MAX_ROWS,
+            // an estimate bounds nothing: a leaf must know its rows exactly
+            Ok(Precision::Exact(rows)) => rows <= INLINE_MAX_ROWS,
             _ => false,
         };
     }
