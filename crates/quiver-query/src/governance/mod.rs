@@ -444,9 +444,9 @@ const INLINE_MAX_ROWS: usize = 8192;
 
 impl Placement {
     /// Inline for a plan of one partition throughout (so nothing spawns tasks), without joins
-    /// or unnesting (which can multiply rows), whose every leaf knows exactly that it yields at most
-    /// [`INLINE_MAX_ROWS`] (`SELECT 1`, `count(*)` answered from statistics, `VALUES`);
-    /// everything else on the query runtime.
+    /// or unnesting (which can multiply rows), whose every leaf knows exactly that it yields
+    /// at most [`INLINE_MAX_ROWS`] (`SELECT 1`, `count(*)` answered from statistics,
+    /// `VALUES`); everything else on the query runtime.
     pub(crate) fn of(plan: &Arc<dyn ExecutionPlan>) -> Placement {
         if small_and_serial(plan) {
             Placement::Inline
