@@ -23,6 +23,7 @@ mod plan_cache;
 mod plan_nodes;
 mod provider;
 mod run_states;
+mod series_filter;
 mod tag_filter;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};

@@ -59,6 +59,7 @@ use quiver_storage::{
 
 use crate::chunk_reader::CachedChunkReaderFactory;
 use crate::dedup_exec::DeduplicateExec;
+use crate::series_filter::{narrows, rows_in_matching_series};
 use crate::tag_filter::keep_matching_tags;
 
 /// The object store that holds a durable store's files: its data directory, registered in
@@ -245,8 +246,9 @@ impl QuiverTable {
             projected: &projected,
             projection,
             filters,
+            bounds: time_bounds(filters),
         };
-        let bounds = time_bounds(filters);
+        let bounds = scan.bounds;
         let mut sources: Vec<(Source, (i64, i64))> = snapshot
             .files
             .iter()
@@ -314,6 +316,8 @@ struct Scan<'a> {
     projected: &'a SchemaRef,
     projection: Option<&'a Vec<usize>>,
     filters: &'a [Expr],
+    /// The time range `filters` allow.
+    bounds: TimeBounds,
 }
 
 impl Scan<'_> {
@@ -334,14 +338,25 @@ impl Scan<'_> {
         let wanted = self.projected.fields();
         let mut decoded = Vec::new();
         let mut encoded = Vec::new();
+        let mut without_starts = Vec::new();
         for file in files {
-            match decoded_batch(file, self.projected, self.chunk_cache)? {
-                Some(batch) => decoded.push(keep_matching_tags(&batch, self.filters)?),
-                None => encoded.push(file.clone()),
+            let Some(batch) = decoded_batch(file, self.projected, self.chunk_cache)? else {
+                encoded.push(file.clone());
+                continue;
+            };
+            match self.chunk_cache.series_starts(&file.entry.path) {
+                Some(starts) => decoded.extend(self.matching(&batch, &starts)?),
+                None => {
+                    decoded.push(keep_matching_tags(&batch, self.filters)?);
+                    without_starts.push(file.clone());
+                }
             }
         }
+        // evicted, or not kept yet: decoding finds them again
+        self.decode_later(&without_starts, wanted);
         let mut parts = Vec::new();
-        if !decoded.is_empty() {
+        // (no rows of decoded files kept is still a part: the plan needs one)
+        if !decoded.is_empty() || encoded.is_empty() {
             parts.push(self.in_memory(&decoded)?);
         }
         if !encoded.is_empty() {
@@ -418,16 +433,27 @@ impl Scan<'_> {
     }
 
     /// The buffer when it overlaps no file: zero-copy slices spread over the partitions (only
-    /// the rows whose tags can match, when the filters' tag comparisons keep few).
+    /// the series and times the filters can keep).
     fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
         // the query's columns only, before any rows are copied out
-        let batches = self
-            .snapshot
-            .batches
-            .iter()
-            .map(|batch| keep_matching_tags(&project_by_name(batch, self.projected)?, self.filters))
-            .collect::<Result<Vec<_>>>()?;
+        let mut batches = Vec::new();
+        if narrows(self.filters, self.bounds) {
+            let starts = self.snapshot.buffer_series_starts().map_err(external)?;
+            for (batch, starts) in self.snapshot.batches.iter().zip(starts) {
+                batches.extend(self.matching(&project_by_name(batch, self.projected)?, starts)?);
+            }
+        } else {
+            for batch in &self.snapshot.batches {
+                batches.push(project_by_name(batch, self.projected)?);
+            }
+        }
         self.in_memory(&batches)
+    }
+
+    /// The parts of `batch` (sorted by series then time, its runs beginning at `starts`) that
+    /// the scan's tag comparisons and time bounds can keep ([`crate::series_filter`]).
+    fn matching(&self, batch: &RecordBatch, starts: &[usize]) -> Result<Vec<RecordBatch>> {
+        rows_in_matching_series(batch, starts, self.filters, self.bounds)
     }
 
     /// A scan of `batches` (already of the query's columns), sliced into batches of the
@@ -727,6 +753,12 @@ pub(crate) struct TimeBounds {
 }
 
 impl TimeBounds {
+    /// No bound at all.
+    pub(crate) const ALL: TimeBounds = TimeBounds {
+        min: i64::MIN,
+        max: i64::MAX,
+    };
+
     fn overlaps(&self, lo: i64, hi: i64) -> bool {
         lo <= self.max && hi >= self.min
     }
@@ -747,10 +779,7 @@ impl TimeBounds {
 }
 
 pub(crate) fn time_bounds(filters: &[Expr]) -> TimeBounds {
-    let mut bounds = TimeBounds {
-        min: i64::MIN,
-        max: i64::MAX,
-    };
+    let mut bounds = TimeBounds::ALL;
     for filter in filters {
         collect_bounds(filter, &mut bounds);
     }

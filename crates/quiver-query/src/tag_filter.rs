@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 
 use arrow::array::BooleanBufferBuilder;
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, AsArray, BooleanArray, Int32Array, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::Int32Type;
@@ -67,6 +67,21 @@ fn matching_rows(
     name: &str,
     wanted: &HashSet<String>,
 ) -> Option<BooleanBuffer> {
+    let (keys, matching) = matching_codes(batch, name, wanted)?;
+    let hits = rows_with_codes(keys.values(), &matching);
+    Some(match keys.nulls() {
+        Some(valid) => &hits & valid.inner(),
+        None => hits,
+    })
+}
+
+/// The keys of `batch`'s string dictionary column `name` and, for each dictionary value,
+/// whether it is one of `wanted` (a null value is not).
+pub(crate) fn matching_codes<'a>(
+    batch: &'a RecordBatch,
+    name: &str,
+    wanted: &HashSet<String>,
+) -> Option<(&'a Int32Array, Vec<bool>)> {
     let dictionary = batch
         .column_by_name(name)?
         .as_dictionary_opt::<Int32Type>()?;
@@ -74,12 +89,7 @@ fn matching_rows(
     let matching: Vec<bool> = (0..values.len())
         .map(|i| values.is_valid(i) && wanted.contains(values.value(i)))
         .collect();
-    let keys = dictionary.keys();
-    let hits = rows_with_codes(keys.values(), &matching);
-    Some(match keys.nulls() {
-        Some(valid) => &hits & valid.inner(),
-        None => hits,
-    })
+    Some((dictionary.keys(), matching))
 }
 
 /// Whether each row's code is one of the `matching` ones (a code out of range is not).
@@ -112,7 +122,7 @@ fn rows_with_codes(codes: &[i32], matching: &[bool]) -> BooleanBuffer {
 /// `column = 'x'`, `'x' = column`, `column IN ('x', ...)` (not negated), or an `OR` of those
 /// on one column (what DataFusion makes of a short `IN` list): the column and the strings it
 /// must hold.
-fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
+pub(crate) fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
     match expr {
         Expr::BinaryExpr(BinaryExpr {
             left,

@@ -3,7 +3,8 @@
 //! chunks, so a repeated scan reads nothing from disk and parses no footer; and, for
 //! last-point queries, each file's last rows of every series ([`crate::latest`]), so such a
 //! query reads a file once in its life; and files' columns decoded into Arrow arrays
-//! ([`crate::decoded`]), so a repeated scan of a hot file decodes nothing.
+//! ([`crate::decoded`]), so a repeated scan of a hot file decodes nothing, with where each
+//! series begins among them ([`crate::series`]), so it reads only the series and times it wants.
 //!
 //! Keys are a file's catalog path and which part of it (metadata, a chunk by its offset, the
 //! last rows). Files are immutable and their names never reused, so an entry is never stale; a
@@ -41,6 +42,8 @@ enum Part {
     LastRows,
     /// One column, decoded ([`crate::decoded`]).
     Column(Arc<str>),
+    /// Where each series begins among the file's rows ([`crate::series`]).
+    SeriesStarts,
 }
 
 #[derive(Clone)]
@@ -49,6 +52,7 @@ enum Cached {
     Chunk(Bytes),
     LastRows(RecordBatch),
     Column(ArrayRef),
+    SeriesStarts(Arc<[usize]>),
 }
 
 impl Cached {
@@ -59,6 +63,7 @@ impl Cached {
             Cached::Chunk(bytes) => bytes.len(),
             Cached::LastRows(batch) => crate::memory::retained_bytes(batch),
             Cached::Column(column) => column.get_array_memory_size(),
+            Cached::SeriesStarts(starts) => std::mem::size_of_val(starts.as_ref()),
         };
         u32::try_from(bytes + 64).unwrap_or(u32::MAX)
     }
@@ -207,6 +212,19 @@ impl ChunkCache {
         self.keep(file, Part::Column(Arc::from(name)), Cached::Column(column));
     }
 
+    /// Where each run of one series begins among `file`'s rows, if cached.
+    pub fn series_starts(&self, file: &str) -> Option<Arc<[usize]>> {
+        match self.lookup(file, Part::SeriesStarts)? {
+            Cached::SeriesStarts(starts) => Some(starts),
+            _ => None,
+        }
+    }
+
+    /// Keeps where each run of one series begins among `file`'s rows.
+    pub(crate) fn keep_series_starts(&self, file: &str, starts: Arc<[usize]>) {
+        self.keep(file, Part::SeriesStarts, Cached::SeriesStarts(starts));
+    }
+
     /// Claims the decoding of `file`'s columns: `None` if a decoding runs now (of this file or
     /// another: decoding is background work, one file at a time, so it never takes more than
     /// one core from queries and writes).
@@ -261,7 +279,7 @@ impl ChunkCache {
             return None;
         }
         let (hits, misses) = match part {
-            Part::Column(_) => (&self.column_hits, &self.column_misses),
+            Part::Column(_) | Part::SeriesStarts => (&self.column_hits, &self.column_misses),
             _ => (&self.hits, &self.misses),
         };
         let key = ChunkKey {

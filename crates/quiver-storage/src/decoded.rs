@@ -8,7 +8,9 @@
 //! kept (every row of the file), so any filter or projection of a later query is served from
 //! them; a column the file does not have (added to the table later) is kept as nulls, as a
 //! scan would read it. Files never change, so an entry is never stale, and the cache forgets
-//! a file's columns with the rest of it when the file leaves the catalog.
+//! a file's columns with the rest of it when the file leaves the catalog. The same decoding
+//! reads the file's tags once to keep where each series begins ([`crate::series`]), which
+//! lets a scan of the decoded columns skip to the series and times it wants.
 
 use std::fs::File;
 
@@ -18,7 +20,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
 use crate::chunk_cache::ChunkCache;
+use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
+use crate::series::series_starts;
 use crate::table::ParquetFile;
 
 /// The decoded `columns` of `file`, all from the cache, or `None` if any is not cached.
@@ -37,8 +41,10 @@ pub fn cached_columns(
 }
 
 /// Decodes the `columns` of `file` that the cache lacks and keeps them there (blocking
-/// I/O). Does nothing if the cache is off or another decoding runs (one at a time); a column
-/// whose stored type differs from the field's is left out (its scans keep reading the file).
+/// I/O), with where each series begins among the file's rows ([`crate::series`]) if the
+/// cache lacks that. Does nothing if the cache is off or another decoding runs (one at a
+/// time); a column whose stored type differs from the field's is left out (its scans keep
+/// reading the file).
 pub fn decode_columns(
     file: &ParquetFile,
     columns: &[FieldRef],
@@ -55,7 +61,8 @@ pub fn decode_columns(
         .iter()
         .filter(|field| cache.column(path, field.name()).is_none())
         .collect();
-    if missing.is_empty() {
+    let needs_starts = cache.series_starts(path).is_none();
+    if missing.is_empty() && !needs_starts {
         return Ok(());
     }
     let reader = File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
@@ -71,12 +78,23 @@ pub fn decode_columns(
         })
         .map(|field| field.name().as_str())
         .collect();
-    let batches = if readable.is_empty() {
-        // only absent columns (nulls) or ones stored as another type (never kept): no pages
-        // to read
+    // a file without a series key (no `time`) is no table's: its columns are still kept
+    let series_key = series_key_and_fields(&stored).ok().map(|(keys, _)| keys);
+    let needs_starts = needs_starts && series_key.is_some();
+    let tags: Vec<&str> = match &series_key {
+        Some(keys) if needs_starts => keys[..keys.len() - 1]
+            .iter()
+            .map(|&i| stored.field(i).name().as_str())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let read: Vec<&str> = readable.iter().chain(&tags).copied().collect();
+    let batches = if read.is_empty() {
+        // only absent columns (nulls) or ones stored as another type (never kept), and no
+        // tags: no pages to read
         Vec::new()
     } else {
-        let mask = ProjectionMask::columns(builder.parquet_schema(), readable.iter().copied());
+        let mask = ProjectionMask::columns(builder.parquet_schema(), read.iter().copied());
         builder
             .with_projection(mask)
             .with_batch_size(64 * 1024)
@@ -88,12 +106,7 @@ pub fn decode_columns(
     let rows = usize::try_from(file.entry.rows).unwrap_or(usize::MAX);
     for field in missing {
         let column = if readable.contains(&field.name().as_str()) {
-            let parts: Vec<&dyn arrow::array::Array> = batches
-                .iter()
-                .filter_map(|b| b.column_by_name(field.name()))
-                .map(|c| c.as_ref())
-                .collect();
-            arrow::compute::concat(&parts)?
+            whole_column(&batches, field.name())?
         } else if stored.field_with_name(field.name()).is_err() {
             new_null_array(field.data_type(), rows)
         } else {
@@ -103,7 +116,28 @@ pub fn decode_columns(
             cache.keep_column(path, field.name(), column);
         }
     }
+    if needs_starts && rows > 0 {
+        let tags = tags
+            .iter()
+            .map(|tag| whole_column(&batches, tag))
+            .collect::<Result<Vec<_>, _>>()?;
+        if tags.iter().all(|tag| tag.len() == rows) {
+            let tags: Vec<&ArrayRef> = tags.iter().collect();
+            let starts = series_starts(&tags, rows)?;
+            cache.keep_series_starts(path, starts.into());
+        }
+    }
     Ok(())
+}
+
+/// Column `name` of every one of `batches`, concatenated.
+fn whole_column(batches: &[RecordBatch], name: &str) -> Result<ArrayRef, StorageError> {
+    let parts: Vec<&dyn arrow::array::Array> = batches
+        .iter()
+        .filter_map(|b| b.column_by_name(name))
+        .map(|c| c.as_ref())
+        .collect();
+    Ok(arrow::compute::concat(&parts)?)
 }
 
 #[cfg(test)]
@@ -129,10 +163,16 @@ mod tests {
             ],
         )
         .unwrap();
+        written(dir, &batch)
+    }
+
+    /// `batch` written as a file of row groups of 100 rows.
+    fn written(dir: &std::path::Path, batch: &RecordBatch) -> ParquetFile {
+        let rows = batch.num_rows();
         let path = dir.join("f.parquet");
         let mut writer = parquet::arrow::ArrowWriter::try_new(
             File::create(&path).unwrap(),
-            schema,
+            batch.schema(),
             Some(
                 parquet::file::properties::WriterProperties::builder()
                     .set_max_row_group_row_count(Some(100))
@@ -140,7 +180,7 @@ mod tests {
             ),
         )
         .unwrap();
-        writer.write(&batch).unwrap();
+        writer.write(batch).unwrap();
         writer.close().unwrap();
         ParquetFile {
             entry: FileEntry {
@@ -216,5 +256,39 @@ mod tests {
         let off = ChunkCache::new(0);
         decode_columns(&file, &wanted, &off).unwrap();
         assert!(cached_columns(&file, &wanted, &off).is_none());
+    }
+
+    #[test]
+    fn where_each_series_begins_is_kept_with_the_columns() {
+        // a table's file: sorted by host, then time; series cross row groups (100 rows)
+        let hosts: Vec<&str> = (0..250).map(|i| if i < 130 { "a" } else { "b" }).collect();
+        let host: arrow::array::DictionaryArray<arrow::datatypes::Int32Type> =
+            hosts.into_iter().collect();
+        let time =
+            arrow::array::TimestampNanosecondArray::from_iter_values((0..250).map(|i| i % 130))
+                .with_timezone("UTC");
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("host", host.data_type().clone(), true),
+            Field::new("time", time.data_type().clone(), false),
+            Field::new("v", DataType::Float64, true),
+        ]));
+        let values = Float64Array::from_iter_values((0..250).map(f64::from));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(host), Arc::new(time), Arc::new(values)],
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = written(dir.path(), &batch);
+        let cache = ChunkCache::new(1 << 20);
+        // only `v` is asked for: the tags are read for the starts, not kept
+        decode_columns(&file, &[field("v", DataType::Float64)], &cache).unwrap();
+        let starts = cache.series_starts(&file.entry.path).expect("kept");
+        assert!(cache.column(&file.entry.path, "host").is_none());
+        assert!(starts.contains(&0) && starts.contains(&130), "{starts:?}");
+        assert!(
+            starts.iter().all(|&s| s == 0 || s % 100 == 0 || s == 130),
+            "a series is split only where a row group's dictionary begins: {starts:?}"
+        );
     }
 }

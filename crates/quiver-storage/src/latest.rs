@@ -12,15 +12,15 @@
 //! newest point matters, and every source's version of that point is among its last rows.
 
 use arrow::array::RecordBatchReader;
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
-use arrow::compute::kernels::cmp::distinct;
-use arrow::datatypes::{Int32Type, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::chunk_cache::ChunkCache;
 use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
+use crate::series::{run_changes, Boundaries};
 use crate::table::{merge_chunks, time_column, ParquetFile, TableSnapshot};
 
 /// The latest row of every series in `snapshot` whose latest row is at or after `since_ns`
@@ -90,15 +90,6 @@ pub(crate) fn last_rows_of_sorted(batch: &RecordBatch) -> Result<RecordBatch, St
     last_rows(batch, Boundaries::ByKey)
 }
 
-/// How [`last_rows`] tells one series from the next.
-#[derive(Clone, Copy)]
-enum Boundaries {
-    /// By dictionary key where a tag is a dictionary (a new key may repeat a value).
-    ByKey,
-    /// By value: exact.
-    ByValue,
-}
-
 /// The last row of each run of equal tags in `batch` (sorted by series then time).
 fn last_rows(batch: &RecordBatch, boundaries: Boundaries) -> Result<RecordBatch, StorageError> {
     let rows = batch.num_rows();
@@ -106,31 +97,30 @@ fn last_rows(batch: &RecordBatch, boundaries: Boundaries) -> Result<RecordBatch,
         return Ok(batch.clone());
     }
     let (keys, _) = series_key_and_fields(&batch.schema())?;
-    let tags = &keys[..keys.len() - 1];
-    // last[i]: row i is the last of its run
-    let mut last = vec![false; rows];
-    last[rows - 1] = true;
-    for &tag in tags {
-        let column = batch.column(tag);
-        let dictionary = column.as_dictionary_opt::<Int32Type>();
-        match (boundaries, dictionary) {
-            (Boundaries::ByKey, Some(dictionary)) => {
-                let keys = dictionary.keys();
-                for (i, last) in last.iter_mut().enumerate().take(rows - 1) {
-                    let (a, b) = (i, i + 1);
-                    *last |= keys.is_valid(a) != keys.is_valid(b)
-                        || (keys.is_valid(a) && keys.value(a) != keys.value(b));
-                }
-            }
-            _ => {
-                let changed = distinct(&column.slice(0, rows - 1), &column.slice(1, rows - 1))?;
-                for (i, changed) in changed.values().iter().enumerate() {
-                    last[i] |= changed;
-                }
-            }
-        }
-    }
+    let tags: Vec<&ArrayRef> = keys[..keys.len() - 1]
+        .iter()
+        .map(|&tag| batch.column(tag))
+        .collect();
+    // row i is the last of its run where row i + 1 begins another, and the last row is
+    let mut last = run_changes(&tags, rows, boundaries)?;
+    last.push(true);
     Ok(filter_record_batch(batch, &BooleanArray::from(last))?)
+}
+
+/// The last row of each run of `batch` whose runs begin at `starts` ([`crate::series`]).
+pub(crate) fn last_rows_of_runs(
+    batch: &RecordBatch,
+    starts: &[usize],
+) -> Result<RecordBatch, StorageError> {
+    if starts.is_empty() {
+        return Ok(batch.clone());
+    }
+    let ends = starts.iter().skip(1).copied().chain([batch.num_rows()]);
+    let last: Vec<u64> = ends.map(|end| (end - 1) as u64).collect();
+    Ok(arrow::compute::take_record_batch(
+        batch,
+        &arrow::array::UInt64Array::from(last),
+    )?)
 }
 
 #[cfg(test)]
@@ -142,6 +132,9 @@ mod tests {
     };
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use proptest::prelude::*;
+
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::Int32Type;
 
     use super::*;
 

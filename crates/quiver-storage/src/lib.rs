@@ -36,6 +36,7 @@ mod memory;
 mod persist;
 mod persister;
 mod retention;
+mod series;
 mod table;
 mod wal_record;
 

@@ -52,6 +52,9 @@ pub struct TableSnapshot {
     /// The last rows of each series in `batches` ([`crate::latest`]), computed by the first
     /// last-point query that reads this snapshot.
     buffer_last_rows: std::sync::OnceLock<Vec<RecordBatch>>,
+    /// Where each series begins in each of `batches` ([`crate::series`]), computed by the
+    /// first query that asks.
+    buffer_series: std::sync::OnceLock<Vec<Vec<usize>>>,
 }
 
 impl TableSnapshot {
@@ -74,9 +77,31 @@ impl TableSnapshot {
         let rows = self
             .batches
             .iter()
-            .map(crate::latest::last_rows_of_sorted)
+            .zip(self.buffer_series_starts()?)
+            .map(|(batch, starts)| crate::latest::last_rows_of_runs(batch, starts))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.buffer_last_rows.get_or_init(|| rows))
+    }
+
+    /// Where each run of one series begins in each of `batches` (sorted by series then
+    /// time; see [`crate::series`]), computed once per snapshot.
+    pub fn buffer_series_starts(&self) -> Result<&[Vec<usize>], StorageError> {
+        if let Some(starts) = self.buffer_series.get() {
+            return Ok(starts);
+        }
+        let starts = self
+            .batches
+            .iter()
+            .map(|batch| {
+                let (keys, _) = crate::dedup::series_key_and_fields(&batch.schema())?;
+                let tags: Vec<&arrow::array::ArrayRef> = keys[..keys.len() - 1]
+                    .iter()
+                    .map(|&tag| batch.column(tag))
+                    .collect();
+                crate::series::series_starts(&tags, batch.num_rows())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.buffer_series.get_or_init(|| starts))
     }
 
     /// The smallest `time` the snapshot holds, buffered or in a file (files by their
@@ -290,6 +315,7 @@ impl Table {
             batches,
             files,
             buffer_last_rows: std::sync::OnceLock::new(),
+            buffer_series: std::sync::OnceLock::new(),
         });
         let mut state = self.state.write();
         if state.version == version
