@@ -25,6 +25,7 @@ mod provider;
 mod run_states;
 mod series_filter;
 mod tag_filter;
+mod time_bin;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
 pub use catalog::{is_system_schema, QuiverCatalog, CATALOG_NAME};
