@@ -576,9 +576,8 @@ impl GroupState {
         let aggregates = self.accumulators.iter_mut().zip(&self.run_aggregates);
         for ((accumulator, kind), values) in aggregates.zip(&arguments) {
             if let (true, Some(kind)) = (long_runs, kind) {
-                if kind.merge_runs(accumulator.as_mut(), &values[0], &runs, total)? {
-                    continue;
-                }
+                kind.merge_runs(accumulator.as_mut(), &values[0], &runs, total)?;
+                continue;
             }
             if indices.is_empty() {
                 indices = runs
@@ -646,8 +645,8 @@ mod tests {
         let tag =
             DictionaryArray::<Int32Type>::try_new(Int32Array::from(keys.to_vec()), values).unwrap();
         let n = keys.len();
-        // nulls; both zeros (which a minimum or maximum keeps the first of); NaN in batches
-        // of a length divisible by three (which a float minimum or maximum takes row by row)
+        // nulls; both zeros and NaN in batches of a length divisible by three (a float
+        // minimum or maximum of those depends on the order it is given the rows in)
         let v: Float64Array = (0..n)
             .map(|r| match (r % 7, r % 13) {
                 (3, _) => None,

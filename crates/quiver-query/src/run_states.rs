@@ -41,10 +41,6 @@ pub(crate) enum RunAggregate {
     MinInt,
     /// `max` of an `Int64`: state `[Int64]`.
     MaxInt,
-    /// `min` of a `Float64`: state `[Float64]` (only over batches without NaN).
-    MinFloat,
-    /// `max` of a `Float64`: state `[Float64]` (only over batches without NaN).
-    MaxFloat,
 }
 
 impl RunAggregate {
@@ -68,25 +64,20 @@ impl RunAggregate {
                 ("avg", Float64, [UInt64, Float64]) => RunAggregate::AvgFloat,
                 ("min", Int64, [Int64]) => RunAggregate::MinInt,
                 ("max", Int64, [Int64]) => RunAggregate::MaxInt,
-                ("min", Float64, [Float64]) => RunAggregate::MinFloat,
-                ("max", Float64, [Float64]) => RunAggregate::MaxFloat,
                 _ => return None,
             },
         )
     }
 
     /// Merges the state of `values` over each of `runs` into `accumulator` (a run without a
-    /// value counts zero and adds nothing else, as its rows would); false (nothing merged)
-    /// where the rows must be fed one by one instead: a float minimum or maximum over values
-    /// with a NaN, which DataFusion's accumulator takes in or drops depending on the order
-    /// rows arrive in, so that only the same rows in the same order give its answer.
+    /// value counts zero and adds nothing else, as its rows would).
     pub(crate) fn merge_runs(
         self,
         accumulator: &mut dyn GroupsAccumulator,
         values: &ArrayRef,
         runs: &[Run],
         total_groups: usize,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let (states, groups): (Vec<ArrayRef>, Vec<usize>) = match self {
             RunAggregate::Count => {
                 // a dictionary's logical nulls are built anew at each call: once per batch
@@ -125,39 +116,20 @@ impl RunAggregate {
             }
             RunAggregate::MinInt | RunAggregate::MaxInt => {
                 let values = values.as_primitive::<Int64Type>();
-                let pick = if self == RunAggregate::MinInt {
-                    i64::min
+                // two closures, not one through a function pointer: each loop vectorizes
+                let (extremes, groups) = if self == RunAggregate::MinInt {
+                    fold_runs(values, runs, |run| {
+                        run.iter().copied().min().unwrap_or_default()
+                    })
                 } else {
-                    i64::max
+                    fold_runs(values, runs, |run| {
+                        run.iter().copied().max().unwrap_or_default()
+                    })
                 };
-                let (extremes, groups) = fold_runs(values, runs, |run| {
-                    run.iter().copied().reduce(pick).unwrap_or_default()
-                });
                 (vec![Arc::new(Int64Array::from(extremes))], groups)
             }
-            RunAggregate::MinFloat | RunAggregate::MaxFloat => {
-                let values = values.as_primitive::<Float64Type>();
-                if values.values().iter().any(|v| v.is_nan()) {
-                    return Ok(false);
-                }
-                // DataFusion's rule: a value replaces the state only if strictly beyond it,
-                // so of equal values (0.0 and -0.0) the first stays, whichever way it is cut
-                let beyond = if self == RunAggregate::MinFloat {
-                    |new: f64, current: f64| new < current
-                } else {
-                    |new: f64, current: f64| new > current
-                };
-                let (extremes, groups) = fold_runs(values, runs, |run| {
-                    run.iter()
-                        .copied()
-                        .reduce(|current, new| if beyond(new, current) { new } else { current })
-                        .unwrap_or_default()
-                });
-                (vec![Arc::new(Float64Array::from(extremes))], groups)
-            }
         };
-        accumulator.merge_batch(&states, &groups, total_groups)?;
-        Ok(true)
+        accumulator.merge_batch(&states, &groups, total_groups)
     }
 }
 
