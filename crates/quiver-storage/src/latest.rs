@@ -9,7 +9,8 @@
 //! latest row of a series over the whole table is then the latest among the sources' last
 //! rows, merged exactly as a scan merges overlapping sources (same series and time: the later
 //! write wins per field), so the answer is the one the plain scan would give: only the series'
-//! newest point matters, and every source's version of that point is among its last rows.
+//! newest point matters, and every source's version of that point is among its last rows. The
+//! answer is kept with the snapshot, for the next last-point query until the next write.
 
 use arrow::array::RecordBatchReader;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
@@ -32,6 +33,11 @@ pub fn latest_rows(
     since_ns: i64,
     cache: &ChunkCache,
 ) -> Result<RecordBatch, StorageError> {
+    // a snapshot never changes: the same question over it has the same answer (with no
+    // retention period, every last-point query asks since i64::MIN)
+    if let Some(rows) = snapshot.kept_latest_rows(since_ns) {
+        return Ok(rows);
+    }
     let mut candidates = Vec::new();
     for file in snapshot.files.iter() {
         if file.entry.max_time_ns >= since_ns {
@@ -49,7 +55,9 @@ pub fn latest_rows(
     let latest = last_rows(&merged, Boundaries::ByValue)?;
     let times = time_column(&latest)?;
     let kept: BooleanArray = times.iter().map(|t| Some(t >= Some(since_ns))).collect();
-    Ok(filter_record_batch(&latest, &kept)?)
+    let rows = filter_record_batch(&latest, &kept)?;
+    snapshot.keep_latest_rows(since_ns, &rows);
+    Ok(rows)
 }
 
 /// The last rows of each series in `file`, from the cache or read now (a file without rows

@@ -750,6 +750,29 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_last_point_answer_is_for_its_snapshot_and_its_time_only() {
+        let store = Store::default();
+        write(
+            &store,
+            "m",
+            "cpu,host=a v=1 10\ncpu,host=b v=2 20\ncpu,host=a v=3 30",
+        );
+        let table = store.database("m").unwrap().table("cpu").unwrap();
+        let cache = ChunkCache::new(1 << 20);
+        let hosts = |rows: &arrow::array::RecordBatch| rows.num_rows();
+        let snapshot = table.snapshot().unwrap();
+        assert_eq!(hosts(&latest_rows(&snapshot, i64::MIN, &cache).unwrap()), 2);
+        // the same snapshot asked since another time: b's newest row (20) is older
+        assert_eq!(hosts(&latest_rows(&snapshot, 25, &cache).unwrap()), 1);
+        assert_eq!(hosts(&latest_rows(&snapshot, i64::MIN, &cache).unwrap()), 2);
+        // a write makes another snapshot, which answers anew
+        write(&store, "m", "cpu,host=c v=4 40");
+        let snapshot = table.snapshot().unwrap();
+        assert_eq!(hosts(&latest_rows(&snapshot, i64::MIN, &cache).unwrap()), 3);
+        assert_eq!(hosts(&latest_rows(&snapshot, 25, &cache).unwrap()), 2);
+    }
+
+    #[test]
     fn schema_evolves_and_old_rows_read_null() {
         let store = Store::default();
         write(&store, "metrics", "cpu,host=a usage=1 1");

@@ -55,6 +55,8 @@ pub struct TableSnapshot {
     /// Where each series begins in each of `batches` ([`crate::series`]), computed by the
     /// first query that asks.
     buffer_series: std::sync::OnceLock<Vec<Vec<usize>>>,
+    /// The last [`crate::latest_rows`] answer over this snapshot, with the time it was since.
+    latest_rows: parking_lot::Mutex<Option<(i64, RecordBatch)>>,
 }
 
 impl TableSnapshot {
@@ -81,6 +83,20 @@ impl TableSnapshot {
             .map(|(batch, starts)| crate::latest::last_rows_of_runs(batch, starts))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.buffer_last_rows.get_or_init(|| rows))
+    }
+
+    /// The newest row of every series since `since_ns`, if the last answer computed over this
+    /// snapshot was for that time ([`crate::latest_rows`]).
+    pub(crate) fn kept_latest_rows(&self, since_ns: i64) -> Option<RecordBatch> {
+        match &*self.latest_rows.lock() {
+            Some((since, rows)) if *since == since_ns => Some(rows.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `rows` as the newest row of every series since `since_ns`.
+    pub(crate) fn keep_latest_rows(&self, since_ns: i64, rows: &RecordBatch) {
+        *self.latest_rows.lock() = Some((since_ns, rows.clone()));
     }
 
     /// Where each run of one series begins in each of `batches` (sorted by series then
@@ -316,6 +332,7 @@ impl Table {
             files,
             buffer_last_rows: std::sync::OnceLock::new(),
             buffer_series: std::sync::OnceLock::new(),
+            latest_rows: parking_lot::Mutex::new(None),
         });
         let mut state = self.state.write();
         if state.version == version
