@@ -112,7 +112,7 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::DatabaseNotFound(_) => sqlstate::INVALID_CATALOG_NAME,
         QueryError::TableNotFound { .. } => sqlstate::UNDEFINED_TABLE,
         QueryError::Invalid(e) => datafusion_code(e),
-        QueryError::ResourcesExhausted(_) => sqlstate::OUT_OF_MEMORY,
+        QueryError::ResourcesExhausted(_) | QueryError::MemoryBusy(_) => sqlstate::OUT_OF_MEMORY,
         QueryError::ValueTooLarge(_) => sqlstate::PROGRAM_LIMIT_EXCEEDED,
         QueryError::Stopped(StopReason::ServerMemory { .. }) => sqlstate::OUT_OF_MEMORY,
         QueryError::Stopped(_) => sqlstate::QUERY_CANCELED,

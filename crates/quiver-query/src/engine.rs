@@ -32,7 +32,7 @@ use crate::filter_order::FilterOrderRule;
 use crate::first_rows::FirstRowsRule;
 use crate::float_compare::FloatCompareRule;
 use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
-use crate::governance::{Governor, Limits, Placement, QueryControl, StopReason};
+use crate::governance::{pool, Governor, Limits, Placement, QueryControl, StopReason};
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
@@ -170,6 +170,10 @@ pub enum QueryError {
     /// The query needed more memory than its limit (or the server's) allows.
     #[error("{}", resources_message(.0))]
     ResourcesExhausted(DataFusionError),
+    /// The query was refused memory that other running queries hold: it would fit once they
+    /// finish, so a retry can succeed.
+    #[error("{}", memory_busy_message(.0))]
+    MemoryBusy(DataFusionError),
     /// A function call would have produced a value over `max_value_bytes`.
     #[error("{0}")]
     ValueTooLarge(ValueTooLarge),
@@ -210,7 +214,7 @@ impl Classify for QueryError {
             }
             QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
             QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
-            QueryError::Busy { .. } => ErrorKind::Busy,
+            QueryError::Busy { .. } | QueryError::MemoryBusy(_) => ErrorKind::Busy,
             QueryError::Denied(denied) => denied.kind,
             QueryError::Internal(_) => ErrorKind::Internal,
         }
@@ -237,7 +241,9 @@ impl From<DataFusionError> for QueryError {
             }
             cause = error.source();
         }
-        if resources {
+        if resources && innermost_resources(&e).contains(pool::OTHERS_HOLD_MEMORY) {
+            QueryError::MemoryBusy(e)
+        } else if resources {
             QueryError::ResourcesExhausted(e)
         } else {
             QueryError::Invalid(e)
@@ -248,16 +254,26 @@ impl From<DataFusionError> for QueryError {
 /// The memory error's own words: the innermost "Resources exhausted" message, which names the
 /// limit and the setting (see `governance::pool`).
 fn resources_message(e: &DataFusionError) -> String {
+    format!("query exceeded a memory limit: {}", innermost_resources(e))
+}
+
+/// What a query refused memory that other queries hold is told.
+fn memory_busy_message(e: &DataFusionError) -> String {
+    format!("the server is busy: {}", innermost_resources(e))
+}
+
+/// The innermost "Resources exhausted" message in `e`'s chain (`e` itself if none).
+fn innermost_resources(e: &DataFusionError) -> String {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(error) = cause {
         if let Some(DataFusionError::ResourcesExhausted(message)) =
             error.downcast_ref::<DataFusionError>()
         {
-            return format!("query exceeded a memory limit: {message}");
+            return message.clone();
         }
         cause = error.source();
     }
-    format!("query exceeded a memory limit: {e}")
+    e.to_string()
 }
 
 /// The governor's verdict carried through DataFusion: a stopped query or a value too large.
@@ -766,6 +782,7 @@ mod tests {
             QueryError::Internal(_) => "internal",
             QueryError::Invalid(_) => "invalid",
             QueryError::ResourcesExhausted(_) => "resources",
+            QueryError::MemoryBusy(_) => "busy",
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -832,5 +849,33 @@ mod tests {
             Box::new(DataFusionError::ResourcesExhausted("1 GB".into())),
         );
         assert_eq!(classify(memory), "resources");
+    }
+
+    #[test]
+    fn memory_that_other_queries_hold_is_a_busy_server_not_the_callers_fault() {
+        let server = crate::governance::pool::ServerMemory::new(1000);
+        let pool = |limit| -> Arc<dyn datafusion::execution::memory_pool::MemoryPool> {
+            Arc::new(crate::governance::pool::QueryPool::new(
+                limit,
+                server.clone(),
+            ))
+        };
+        let (first, second) = (pool(2000), pool(2000));
+        let consumer = datafusion::execution::memory_pool::MemoryConsumer::new;
+        let held = consumer("first").register(&first);
+        held.try_grow(800).unwrap();
+        let asking = consumer("second").register(&second);
+        // 300 would fit alone: busy (a retry can succeed), wrapped as operators wrap it
+        let refused = asking.try_grow(300).unwrap_err();
+        let wrapped = DataFusionError::Context("sorting".into(), Box::new(refused));
+        let error = QueryError::from(wrapped);
+        assert_eq!(error.kind(), ErrorKind::Busy, "{error}");
+        assert!(
+            error.to_string().contains("max_server_memory_bytes"),
+            "{error}"
+        );
+        // over the ceiling alone: fails again however idle the server is
+        let alone = QueryError::from(asking.try_grow(1200).unwrap_err());
+        assert_eq!(alone.kind(), ErrorKind::ResourcesExhausted, "{alone}");
     }
 }

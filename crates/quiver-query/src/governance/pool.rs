@@ -14,6 +14,10 @@ use datafusion::execution::memory_pool::{
     TrackConsumersPool,
 };
 
+/// How a refusal caused by the memory other queries hold begins: the query would fit once
+/// they finish, so a retry can succeed (`QueryError::MemoryBusy`).
+pub(crate) const OTHERS_HOLD_MEMORY: &str = "other running queries hold";
+
 /// What all queries together have reserved, and the most they may.
 #[derive(Debug)]
 pub(crate) struct ServerMemory {
@@ -98,9 +102,21 @@ impl MemoryPool for QueryPool {
             self.server
                 .reserved
                 .fetch_sub(additional, Ordering::Relaxed);
+            let own = self.inner.reserved();
+            if own.saturating_add(additional) > self.server.limit {
+                // alone over the ceiling: the same query fails again, however idle the server
+                return Err(resources_datafusion_err!(
+                    "the query would hold more than the server's {} bytes \
+                     (max_server_memory_bytes): {} more bytes for {} refused",
+                    self.server.limit,
+                    additional,
+                    reservation.consumer().name()
+                ));
+            }
             return Err(resources_datafusion_err!(
-                "running queries together would hold more than the server's {} bytes \
-                 (max_server_memory_bytes): {} more bytes for {} refused",
+                "{OTHERS_HOLD_MEMORY} {} of the server's {} bytes (max_server_memory_bytes): \
+                 {} more bytes for {} refused; retry once they finish",
+                before.saturating_sub(own),
                 self.server.limit,
                 additional,
                 reservation.consumer().name()
@@ -150,8 +166,15 @@ mod tests {
         assert_eq!(server.reserved(), 500);
         let over_server = rb.try_grow(600).unwrap_err().to_string();
         assert!(
-            over_server.contains("max_server_memory_bytes"),
-            "{over_server}"
+            over_server.contains("max_server_memory_bytes")
+                && over_server.contains(OTHERS_HOLD_MEMORY)
+                && over_server.contains(" 500 of the server's 1000 bytes"),
+            "b alone would fit: {over_server}"
+        );
+        let alone = rb.try_grow(1001).unwrap_err().to_string();
+        assert!(
+            alone.contains("max_server_memory_bytes") && !alone.contains(OTHERS_HOLD_MEMORY),
+            "b alone would not fit: {alone}"
         );
         rb.try_grow(400).unwrap();
         assert_eq!(server.reserved(), 900);
