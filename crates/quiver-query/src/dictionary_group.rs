@@ -52,7 +52,7 @@ use futures::StreamExt;
 
 use crate::plan_nodes::{only_child, rewrite_nodes, visit_each};
 use crate::run_states::{Run, RunAggregate};
-use crate::time_bin::{BinGroups, TimeBin};
+use crate::time_bin::{BinGroups, Bins, TimeBin};
 
 /// The physical rule that puts [`DictionaryGroupExec`] in place of qualifying partial
 /// aggregates (module docs).
@@ -293,7 +293,7 @@ struct Groups {
     /// The tag values seen (ids of a key without a tag are all 0).
     tags: TagIds,
     /// For a key with a bin, each group's tag id and bin.
-    keyed: Vec<(usize, i64)>,
+    keyed: Vec<(usize, Option<i64>)>,
     /// For a key with a bin, the groups of each tag id's bins.
     bins: Vec<BinGroups>,
 }
@@ -324,13 +324,26 @@ impl Groups {
         let Some(bin) = &key.bin else {
             return Ok(tag_runs);
         };
-        let bins = bin.bins(batch)?;
+        Ok(match bin.bins(batch)? {
+            Bins::Every(bins) => self.split(tag_runs, &bins, Some, bin.stride()),
+            Bins::Partial(bins) => self.split(tag_runs, &bins, |bin| bin, bin.stride()),
+        })
+    }
+
+    /// `tag_runs` cut where the bin changes, each piece with the group of its tag and bin.
+    fn split<T: Copy + PartialEq>(
+        &mut self,
+        tag_runs: Vec<Run>,
+        bins: &[T],
+        bin_of: impl Fn(T) -> Option<i64>,
+        stride: i64,
+    ) -> Vec<Run> {
         let mut runs = Vec::with_capacity(tag_runs.len());
         for tag_run in tag_runs {
             let mut start = tag_run.start;
             for row in tag_run.start + 1..=tag_run.end {
                 if row == tag_run.end || bins[row] != bins[start] {
-                    let group = self.bin_group(tag_run.group, bins[start], bin.stride());
+                    let group = self.bin_group(tag_run.group, bin_of(bins[start]), stride);
                     runs.push(Run {
                         start,
                         end: row,
@@ -340,11 +353,11 @@ impl Groups {
                 }
             }
         }
-        Ok(runs)
+        runs
     }
 
-    /// The group of `bin` (of `stride`) under tag id `tag`.
-    fn bin_group(&mut self, tag: usize, bin: i64, stride: i64) -> usize {
+    /// The group of `bin` (of `stride`, or none) under tag id `tag`.
+    fn bin_group(&mut self, tag: usize, bin: Option<i64>, stride: i64) -> usize {
         if self.bins.len() <= tag {
             self.bins.resize_with(tag + 1, BinGroups::default);
         }
@@ -366,7 +379,8 @@ impl Groups {
     /// The bytes the groups hold, roughly.
     fn size(&self) -> usize {
         self.tags.size()
-            + self.keyed.capacity() * std::mem::size_of::<(usize, i64)>()
+            + self.keyed.capacity() * std::mem::size_of::<(usize, Option<i64>)>()
+            + self.bins.capacity() * std::mem::size_of::<BinGroups>()
             + self.bins.iter().map(BinGroups::size).sum::<usize>()
     }
 
@@ -378,7 +392,7 @@ impl Groups {
             *self = Groups::default();
             return Ok(vec![column]);
         };
-        let (ids, bins): (Vec<usize>, Vec<i64>) =
+        let (ids, bins): (Vec<usize>, Vec<Option<i64>>) =
             std::mem::take(&mut self.keyed).into_iter().unzip();
         let mut columns = vec![bin.column(bins)?];
         if key.tag.is_some() {
@@ -756,6 +770,30 @@ mod tests {
             let (expected, used_plain) = run(&plain, sql).await;
             let (actual, used) = run(&rewritten, sql).await;
             assert!(!used_plain && used, "{sql}: the operator was not used");
+            assert_eq!(actual, expected, "{sql}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_time_whose_bin_is_not_an_i64_is_binned_as_datafusion_bins_it() {
+        // DataFusion answers NULL for a bin below i64::MIN, and the exact bin where the
+        // stride divides the distance
+        let minute = 60_000_000_000i64;
+        let times = [i64::MIN, i64::MIN + 5, i64::MIN + minute + 1, -1, 0, 7];
+        let base = batch(&[Some("a"), Some("b")], &sorted_keys(&[(0, 3), (1, 3)]));
+        let time =
+            arrow::array::TimestampNanosecondArray::from(times.to_vec()).with_timezone("UTC");
+        let mut columns = base.columns().to_vec();
+        columns[3] = Arc::new(time);
+        let data = vec![vec![RecordBatch::try_new(schema(), columns).unwrap()]];
+        for sql in [
+            "SELECT date_bin(INTERVAL '1 minute', time) AS m, count(*), sum(i) FROM t GROUP BY m",
+            "SELECT tag, date_bin(INTERVAL '1 nanosecond', time) AS m, count(*) FROM t \
+             GROUP BY tag, m",
+        ] {
+            let (expected, _) = run(&context(false, data.clone()), sql).await;
+            let (actual, used) = run(&context(true, data.clone()), sql).await;
+            assert!(used, "{sql}: the operator was not used");
             assert_eq!(actual, expected, "{sql}");
         }
     }

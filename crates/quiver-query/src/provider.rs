@@ -352,15 +352,17 @@ impl Scan<'_> {
                 }
             }
         }
-        // evicted, or not kept yet: decoding finds them again
-        self.decode_later(&without_starts, wanted);
+        // the files read from Parquet, and those whose series starts were evicted or are not
+        // kept yet (decoding finds them again): one background decoding for all of them
+        let to_decode: Vec<Arc<ParquetFile>> =
+            encoded.iter().chain(&without_starts).cloned().collect();
+        self.decode_later(&to_decode, wanted);
         let mut parts = Vec::new();
         // (no rows of decoded files kept is still a part: the plan needs one)
         if !decoded.is_empty() || encoded.is_empty() {
             parts.push(self.in_memory(&decoded)?);
         }
         if !encoded.is_empty() {
-            self.decode_later(&encoded, wanted);
             parts.push(self.parquet_files(&encoded)?);
         }
         match parts.len() {

@@ -56,7 +56,7 @@ impl TimeBin {
     }
 
     /// The bin of every row of `batch`.
-    pub(crate) fn bins(&self, batch: &RecordBatch) -> Result<Vec<i64>> {
+    pub(crate) fn bins(&self, batch: &RecordBatch) -> Result<Bins> {
         let times = batch
             .column(self.column)
             .as_primitive_opt::<TimestampNanosecondType>()
@@ -66,18 +66,22 @@ impl TimeBin {
             })?;
         let stride = self.stride;
         let times = times.values();
-        // the bin of a time within a stride of the smallest i64 is not an i64 (DataFusion's
-        // date_bin fails on it too)
-        if let Some(t) = times.iter().find(|&&t| t < i64::MIN + stride) {
-            return Err(DataFusionError::Execution(format!(
-                "date_bin: the bin of {t} with a stride of {stride} ns overflows i64"
-            )));
+        // the bin of a time within a stride of the smallest i64 may not be an i64: DataFusion's
+        // date_bin answers NULL for it
+        if times.iter().any(|&t| t < i64::MIN + stride) {
+            let bins = times
+                .iter()
+                .map(|&t| t.checked_sub(t.rem_euclid(stride)))
+                .collect();
+            return Ok(Bins::Partial(bins));
         }
-        Ok(times.iter().map(|&t| t - t.rem_euclid(stride)).collect())
+        Ok(Bins::Every(
+            times.iter().map(|&t| t - t.rem_euclid(stride)).collect(),
+        ))
     }
 
-    /// `bins` as the key's column.
-    pub(crate) fn column(&self, bins: Vec<i64>) -> Result<ArrayRef> {
+    /// `bins` (`None`: no bin) as the key's column.
+    pub(crate) fn column(&self, bins: Vec<Option<i64>>) -> Result<ArrayRef> {
         let DataType::Timestamp(_, zone) = &self.data_type else {
             unreachable!("a time bin is over a timestamp column");
         };
@@ -99,6 +103,14 @@ impl TimeBin {
             input.field(self.column).name()
         )
     }
+}
+
+/// The bins of a batch's rows.
+pub(crate) enum Bins {
+    /// Every row's bin.
+    Every(Vec<i64>),
+    /// Each row's bin, `None` where it is not an i64 (see [`TimeBin::bins`]).
+    Partial(Vec<Option<i64>>),
 }
 
 /// A fixed interval literal (no months) in nanoseconds, if it is one and fits.
@@ -142,27 +154,40 @@ pub(crate) struct BinGroups {
     first: i64,
     slots: Vec<usize>,
     far: HashMap<i64, usize>,
-    /// Groups in `slots` and `far`.
+    /// The group of rows without a bin.
+    no_bin: Option<usize>,
+    /// Groups in `slots`, `far` and `no_bin`.
     groups: usize,
 }
 
 impl BinGroups {
-    /// The group of `bin` (a multiple of `stride`), made by `new_group` if it has none.
+    /// The group of `bin` (a multiple of `stride`, or none), made by `new_group` if it has
+    /// none.
     pub(crate) fn group(
         &mut self,
-        bin: i64,
+        bin: Option<i64>,
         stride: i64,
         new_group: impl FnOnce() -> usize,
     ) -> usize {
+        let Some(bin) = bin else {
+            let groups = &mut self.groups;
+            return *self.no_bin.get_or_insert_with(|| {
+                *groups += 1;
+                new_group()
+            });
+        };
+        // a bin once sent far stays there (the table may have grown to reach it since)
+        if let Some(&group) = self.far.get(&bin) {
+            return group;
+        }
         if self.slots.is_empty() {
             self.first = bin;
         }
         let Some(slot) = self.slot(bin, stride) else {
-            let groups = &mut self.groups;
-            return *self.far.entry(bin).or_insert_with(|| {
-                *groups += 1;
-                new_group()
-            });
+            self.groups += 1;
+            let group = new_group();
+            self.far.insert(bin, group);
+            return group;
         };
         if self.slots[slot] == NO_GROUP {
             self.groups += 1;
@@ -187,10 +212,21 @@ impl BinGroups {
         if self.slots.len() + before > most {
             return None;
         }
-        self.slots
-            .splice(0..0, std::iter::repeat_n(NO_GROUP, before));
-        self.first = bin;
-        Some(0)
+        // room for as many again before it, so that bins arriving in falling order do not
+        // move the table at every step
+        let room = before.max(self.slots.len()).min(most - self.slots.len());
+        let spare = room - before;
+        let first = i64::try_from(spare)
+            .ok()
+            .and_then(|spare| spare.checked_mul(stride))
+            .and_then(|span| bin.checked_sub(span));
+        let (room, first) = match first {
+            Some(first) => (room, first),
+            None => (before, bin),
+        };
+        self.slots.splice(0..0, std::iter::repeat_n(NO_GROUP, room));
+        self.first = first;
+        Some(room - before)
     }
 
     /// Heap bytes held.
@@ -212,7 +248,12 @@ mod tests {
         #[test]
         fn each_bin_has_one_group(
             bins in proptest::collection::vec(
-                proptest::prop_oneof![-50i64..50, Just(i64::MIN / 7), Just(i64::MAX / 7)],
+                proptest::prop_oneof![
+                    -50i64..50,
+                    1000i64..1200,
+                    Just(i64::MIN / 7),
+                    Just(i64::MAX / 7),
+                ],
                 1..80,
             ),
         ) {
@@ -222,11 +263,39 @@ mod tests {
             for bin in bins {
                 let bin = bin * stride;
                 let next = expected.len();
-                let group = groups.group(bin, stride, || next);
+                let group = groups.group(Some(bin), stride, || next);
                 let known = *expected.entry(bin).or_insert(next);
                 prop_assert_eq!(group, known);
             }
         }
+    }
+
+    #[test]
+    fn a_bin_sent_far_keeps_its_group_once_the_table_could_reach_it() {
+        let stride = 10;
+        let mut groups = BinGroups::default();
+        let mut next = 0;
+        let mut group = |groups: &mut BinGroups, bin: Option<i64>| {
+            groups.group(bin, stride, || {
+                next += 1;
+                next - 1
+            })
+        };
+        assert_eq!(group(&mut groups, Some(0)), 0);
+        // beyond what one group may span: hashed
+        assert_eq!(group(&mut groups, Some(1100 * stride)), 1);
+        // more groups let the table reach 1100 strides
+        for bin in 1..=8 {
+            assert_eq!(group(&mut groups, Some(bin * stride)), 1 + bin as usize);
+        }
+        assert_eq!(group(&mut groups, Some(1100 * stride)), 1, "the same group");
+        // falling bins, and no bin
+        assert_eq!(group(&mut groups, Some(-5 * stride)), 10);
+        assert_eq!(group(&mut groups, Some(-6 * stride)), 11);
+        assert_eq!(group(&mut groups, Some(-5 * stride)), 10);
+        assert_eq!(group(&mut groups, None), 12);
+        assert_eq!(group(&mut groups, None), 12);
+        assert_eq!(group(&mut groups, Some(0)), 0);
     }
 
     #[test]

@@ -94,38 +94,8 @@ impl MemoryPool for QueryPool {
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
-        let before = self
-            .server
-            .reserved
-            .fetch_add(additional, Ordering::Relaxed);
-        if before.saturating_add(additional) > self.server.limit {
-            self.server
-                .reserved
-                .fetch_sub(additional, Ordering::Relaxed);
-            let own = self.inner.reserved();
-            if own.saturating_add(additional) > self.server.limit {
-                // alone over the ceiling: the same query fails again, however idle the server
-                return Err(resources_datafusion_err!(
-                    "the query would hold more than the server's {} bytes \
-                     (max_server_memory_bytes): {} more bytes for {} refused",
-                    self.server.limit,
-                    additional,
-                    reservation.consumer().name()
-                ));
-            }
-            return Err(resources_datafusion_err!(
-                "{OTHERS_HOLD_MEMORY} {} of the server's {} bytes (max_server_memory_bytes): \
-                 {} more bytes for {} refused; retry once they finish",
-                before.saturating_sub(own),
-                self.server.limit,
-                additional,
-                reservation.consumer().name()
-            ));
-        }
+        // the query's own limit first: over it, the query fails again however idle the server
         if let Err(e) = self.inner.try_grow(reservation, additional) {
-            self.server
-                .reserved
-                .fetch_sub(additional, Ordering::Relaxed);
             let detail = e.strip_backtrace();
             let detail = detail
                 .strip_prefix("Resources exhausted: ")
@@ -137,7 +107,36 @@ impl MemoryPool for QueryPool {
                 detail
             ));
         }
-        Ok(())
+        let before = self
+            .server
+            .reserved
+            .fetch_add(additional, Ordering::Relaxed);
+        if before.saturating_add(additional) <= self.server.limit {
+            return Ok(());
+        }
+        self.server
+            .reserved
+            .fetch_sub(additional, Ordering::Relaxed);
+        self.inner.shrink(reservation, additional);
+        let own = self.inner.reserved();
+        if own.saturating_add(additional) > self.server.limit {
+            // alone over the ceiling: the same query fails again, however idle the server
+            return Err(resources_datafusion_err!(
+                "the query would hold more than the server's {} bytes \
+                 (max_server_memory_bytes): {} more bytes for {} refused",
+                self.server.limit,
+                additional,
+                reservation.consumer().name()
+            ));
+        }
+        Err(resources_datafusion_err!(
+            "{OTHERS_HOLD_MEMORY} {} of the server's {} bytes (max_server_memory_bytes): \
+             {} more bytes for {} refused; retry once they finish",
+            before.saturating_sub(own),
+            self.server.limit,
+            additional,
+            reservation.consumer().name()
+        ))
     }
 
     fn reserved(&self) -> usize {
@@ -171,12 +170,33 @@ mod tests {
                 && over_server.contains(" 500 of the server's 1000 bytes"),
             "b alone would fit: {over_server}"
         );
-        let alone = rb.try_grow(1001).unwrap_err().to_string();
+        // a query allowed more than the server holds, asking for more than it alone
+        let big: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(5000, server.clone()));
+        let alone = MemoryConsumer::new("big")
+            .register(&big)
+            .try_grow(1001)
+            .unwrap_err()
+            .to_string();
         assert!(
             alone.contains("max_server_memory_bytes") && !alone.contains(OTHERS_HOLD_MEMORY),
-            "b alone would not fit: {alone}"
+            "it alone would not fit: {alone}"
         );
+        assert_eq!(server.reserved(), 500, "a refusal holds nothing");
+        assert_eq!(big.reserved(), 0);
         rb.try_grow(400).unwrap();
+        assert_eq!(server.reserved(), 900);
+        // over its own limit while others hold memory: its own limit is what it hears of
+        let c: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(50, server.clone()));
+        let rc = MemoryConsumer::new("c").register(&c);
+        rc.try_grow(40).unwrap();
+        let over_own = rc.try_grow(20).unwrap_err().to_string();
+        assert!(
+            over_own.contains("query_memory_bytes") && !over_own.contains(OTHERS_HOLD_MEMORY),
+            "{over_own}"
+        );
+        let refused = rc.try_grow(90).unwrap_err().to_string();
+        assert!(refused.contains("query_memory_bytes"), "{refused}");
+        rc.free();
         assert_eq!(server.reserved(), 900);
         drop(ra);
         assert_eq!(server.reserved(), 400);
