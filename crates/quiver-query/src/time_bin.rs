@@ -176,8 +176,9 @@ impl BinGroups {
                 new_group()
             });
         };
-        // a bin once sent far stays there (the table may have grown to reach it since)
-        if let Some(&group) = self.far.get(&bin) {
+        // a bin once sent far stays there (the table may have grown to reach it since); an
+        // empty map is not asked (hashing a key costs more than the table lookup)
+        if let Some(&group) = (!self.far.is_empty()).then(|| self.far.get(&bin)).flatten() {
             return group;
         }
         if self.slots.is_empty() {
