@@ -27,8 +27,17 @@ use crate::error::StorageError;
 /// is what made persisting slow. Batches whose tags or time are not of the data model's
 /// types are sorted by their row-format keys instead (the same order).
 pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageError> {
+    Ok(sort_and_deduplicate_with_starts(batch)?.0)
+}
+
+/// [`sort_and_deduplicate`], with where each series begins among the rows it returns
+/// ([`crate::series`]; exact: one run per series) when its sort ranked the series (every tag
+/// a string dictionary), else `None`.
+pub(crate) fn sort_and_deduplicate_with_starts(
+    batch: &RecordBatch,
+) -> Result<(RecordBatch, Option<Vec<usize>>), StorageError> {
     if batch.num_rows() == 0 {
-        return Ok(batch.clone());
+        return Ok((batch.clone(), Some(Vec::new())));
     }
     let (key_columns, field_columns) = series_key_and_fields(&batch.schema())?;
     let (time_column, tag_columns) = key_columns.split_last().expect("time is a key column");
@@ -47,12 +56,20 @@ pub fn sort_and_deduplicate(batch: &RecordBatch) -> Result<RecordBatch, StorageE
             // The row index as last key: rows with equal keys keep write order.
             keyed.sort_unstable();
             let order: Vec<u32> = keyed.iter().map(|k| k.2).collect();
-            let groups = (0..keyed.len())
+            let groups: Vec<usize> = (0..keyed.len())
                 .filter(|&i| i == 0 || keyed[i - 1].0 != keyed[i].0 || keyed[i - 1].1 != keyed[i].1)
                 .collect();
-            merge_groups(batch, &order, groups, &field_columns)
+            // output row j is group j: a series begins where the group's series rank changes
+            let starts = (0..groups.len())
+                .filter(|&j| j == 0 || keyed[groups[j - 1]].0 != keyed[groups[j]].0)
+                .collect();
+            let merged = merge_groups(batch, &order, groups, &field_columns)?;
+            Ok((merged, Some(starts)))
         }
-        _ => sort_and_deduplicate_by_rows(batch, &key_columns, &field_columns),
+        _ => Ok((
+            sort_and_deduplicate_by_rows(batch, &key_columns, &field_columns)?,
+            None,
+        )),
     }
 }
 
@@ -567,9 +584,21 @@ mod tests {
         ) {
             let batch = messy_batch(&rows);
             let (keys, fields) = series_key_and_fields(&batch.schema()).unwrap();
-            let fast = sort_and_deduplicate(&batch).unwrap();
+            let (fast, starts) = sort_and_deduplicate_with_starts(&batch).unwrap();
             let reference = sort_and_deduplicate_by_rows(&batch, &keys, &fields).unwrap();
-            proptest::prop_assert_eq!(fast, reference);
+            proptest::prop_assert_eq!(&fast, &reference);
+            // where each series begins, as the sort knew it: exactly where the tags' values
+            // change between neighbouring rows
+            let tags: Vec<&ArrayRef> = keys[..keys.len() - 1]
+                .iter()
+                .map(|&c| fast.column(c))
+                .collect();
+            let changes = crate::series::run_changes(&tags, fast.num_rows(), crate::series::Boundaries::ByValue)
+                .unwrap();
+            let expected: Vec<usize> = std::iter::once(0)
+                .chain((1..fast.num_rows()).filter(|&i| changes[i - 1]))
+                .collect();
+            proptest::prop_assert_eq!(starts, Some(expected));
         }
     }
 

@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 use quiver_model::schema::ColumnType;
 
 use crate::catalog::FileEntry;
-use crate::dedup::{compact_dictionaries, sort_and_deduplicate};
+use crate::dedup::compact_dictionaries;
 use crate::error::StorageError;
 use crate::limits::StoreLimits;
 use crate::retention::RetentionCell;
@@ -322,8 +322,13 @@ impl Table {
         };
         let frozen_chunks = frozen.as_deref().map_or(&[][..], |c| c.as_slice());
         let chunks = frozen_chunks.iter().chain(&live).cloned().collect();
-        let merged = merge_chunks(&schema, chunks)?;
+        let (merged, starts) = merge_chunks_with_starts(&schema, chunks)?;
         let batches = vec![merged];
+        // the merge's sort knows where each series begins: no pass over the tags for it
+        let buffer_series = std::sync::OnceLock::new();
+        if let Some(starts) = starts {
+            let _ = buffer_series.set(vec![starts]);
+        }
         let snapshot = Arc::new(TableSnapshot {
             version,
             schema,
@@ -331,7 +336,7 @@ impl Table {
             batches,
             files,
             buffer_last_rows: std::sync::OnceLock::new(),
-            buffer_series: std::sync::OnceLock::new(),
+            buffer_series,
             latest_rows: parking_lot::Mutex::new(None),
         });
         let mut state = self.state.write();
@@ -472,13 +477,22 @@ pub(crate) fn merge_chunks(
     schema: &SchemaRef,
     chunks: Vec<RecordBatch>,
 ) -> Result<RecordBatch, StorageError> {
+    Ok(merge_chunks_with_starts(schema, chunks)?.0)
+}
+
+/// [`merge_chunks`], with where each series begins among the merged rows when the sort knew
+/// ([`crate::dedup::sort_and_deduplicate_with_starts`]).
+pub(crate) fn merge_chunks_with_starts(
+    schema: &SchemaRef,
+    chunks: Vec<RecordBatch>,
+) -> Result<(RecordBatch, Option<Vec<usize>>), StorageError> {
     let aligned = chunks
         .into_iter()
         .map(|chunk| align_to_schema(&chunk, schema))
         .collect::<Result<Vec<_>, _>>()?;
     let merged = arrow::compute::concat_batches(schema, &aligned)?;
     drop(aligned);
-    sort_and_deduplicate(&compact_dictionaries(merged)?)
+    crate::dedup::sort_and_deduplicate_with_starts(&compact_dictionaries(merged)?)
 }
 
 /// Smallest and largest `time` in `batches`, if they hold any rows.
