@@ -181,3 +181,72 @@ def test_the_readme_serve_command_answers_last_points_and_decodes_hot_files(
     server = spawn_quiver(cwd=tmp_path, default_ports=True)
     for sql in LAST_POINT:
         assert sorted_rows(query_json(server.http_url, DB, sql)) == expected[sql], sql
+
+
+# Time-bin grouping and series-by-series scans (both in quiver-query) against the same
+# questions asked in shapes they do not recognise: `date_bin` with an explicit origin (the
+# default one), `upper(host)` for `host`, `time + 0 s` for `time`.
+NARROWED = [
+    "SELECT date_bin(INTERVAL '1 minute', time) AS m, host, avg(usage) AS a, max(usage) AS x, "
+    "count(*) AS n, min(load) AS l FROM cpu WHERE host IN ('h3', 'h17') "
+    "AND time >= '1970-01-01T00:20:00Z' AND time < '1970-01-01T00:50:00Z' GROUP BY m, host",
+    "SELECT date_bin(INTERVAL '1 hour', time) AS h, count(*) AS n, sum(load) AS s, "
+    "avg(usage) AS a FROM cpu GROUP BY h",
+    "SELECT host, date_bin(INTERVAL '5 minutes', time) AS b, min(load) AS lo, max(load) AS hi, "
+    "sum(usage) AS s FROM cpu WHERE time < '1970-01-01T01:00:00Z' GROUP BY host, b",
+    "SELECT * FROM cpu WHERE host = 'h5' AND time > '1970-01-01T00:30:00Z' "
+    "AND time <= '1970-01-01T00:31:00Z'",
+]
+
+
+def unnarrowed(sql: str) -> str:
+    """`sql` in a shape neither time-bin grouping nor series-by-series scans take."""
+    return (sql.replace("time) AS", "time, TIMESTAMP '1970-01-01T00:00:00Z') AS")
+            .replace("host IN ('h3', 'h17')", "upper(host) IN ('H3', 'H17')")
+            .replace("host = 'h5'", "upper(host) = 'H5'")
+            .replace("time >", "time + INTERVAL '0 seconds' >")
+            .replace("time <", "time + INTERVAL '0 seconds' <"))
+
+
+def test_the_readme_serve_command_groups_by_time_bins_and_narrows_scans(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """The README's command (./quiver-data, default ports, caches on): grouping by a time bin
+    (with and without a tag) and scans narrowed to the series and times asked for answer as
+    the plain plan does, over the write buffer, over persisted files with a late write
+    overlapping them, from decoded columns, and after a restart."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    url = server.http_url
+    # 40 hosts, 10 s apart for 100 minutes: 24,000 rows, more than one batch of 8,192, so the
+    # aggregates run in two stages (the partial one is what time-bin grouping replaces);
+    # floats hold whole numbers, so sums are exact in any order
+    lines = "".join(f"cpu,host=h{h},region=r{h % 3} usage={(h * 7 + t) % 97},load={t % 13}i "
+                    f"{t * 10 * SECOND}\n" for h in range(40) for t in range(600))
+
+    def answers() -> None:
+        for sql in NARROWED:
+            expected = sorted_rows(query_json(url, DB, unnarrowed(sql)))
+            assert expected, unnarrowed(sql)
+            assert sorted_rows(query_json(url, DB, sql)) == expected, sql
+
+    write_ok(url, DB, lines)
+    assert "DictionaryGroupExec: gby=[date_bin(60000000000ns, time), host]" in plan(
+        server, NARROWED[0])
+    assert "DictionaryGroupExec: gby=[host, date_bin(300000000000ns, time)]" in plan(
+        server, NARROWED[2])
+    answers()
+    # the rows in files, then late writes into their range (an overlapping source) and new
+    # ones in the buffer
+    requests.post(f"{url}/api/v3/persist", timeout=60).raise_for_status()
+    write_ok(url, DB, "cpu,host=h3,region=r0 usage=500,load=99i 1500000000000\n"
+                      "cpu,host=h17,region=r2 usage=1 6100000000000\n")
+    answers()
+    requests.post(f"{url}/api/v3/compact", timeout=60).raise_for_status()
+    query_json(url, DB, NARROWED[1])
+    wait_until(lambda: "file_groups" not in plan(server, NARROWED[1]), 20,
+               "the compacted file's columns decoded")
+    answers()
+    assert server.stop() == 0, server.log()
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    answers()
