@@ -57,12 +57,19 @@ impl TimeBin {
 
     /// The bin of every row of `batch`.
     pub(crate) fn bins(&self, batch: &RecordBatch) -> Result<Bins> {
-        let times = batch
-            .column(self.column)
+        let column = batch.column(self.column);
+        let times = column
             .as_primitive_opt::<TimestampNanosecondType>()
             .filter(|times| times.null_count() == 0)
             .ok_or_else(|| {
-                DataFusionError::Internal("time bin: the time column changed or has nulls".into())
+                DataFusionError::Internal(format!(
+                    "DictionaryGroupExec: the time bin's column {} ({}) was planned as a \
+                     non-null nanosecond timestamp, but a batch holds {} with {} nulls",
+                    self.column,
+                    batch.schema().field(self.column).name(),
+                    column.data_type(),
+                    column.null_count()
+                ))
             })?;
         let stride = self.stride;
         let times = times.values();
