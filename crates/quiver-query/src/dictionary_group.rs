@@ -46,11 +46,12 @@ use datafusion::physical_plan::aggregates::{evaluate_many, AggregateExec, Aggreg
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode, PlanProperties,
+    apply_expression_roots, DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode,
+    PlanProperties,
 };
 use futures::StreamExt;
 
-use crate::plan_nodes::{only_child, rewrite_nodes, visit_each};
+use crate::plan_nodes::{only_child, rewrite_nodes};
 use crate::run_states::{Run, RunAggregate};
 use crate::time_bin::{BinGroups, Bins, TimeBin};
 
@@ -215,12 +216,7 @@ impl ExecutionPlan for DictionaryGroupExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let expressions: Vec<_> = self
-            .aggregates
-            .iter()
-            .flat_map(|a| a.expressions())
-            .collect();
-        visit_each(&expressions, f)
+        apply_expression_roots(self.aggregates.iter().flat_map(|a| a.expressions()), f)
     }
 
     fn with_new_children(

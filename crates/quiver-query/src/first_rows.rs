@@ -34,11 +34,12 @@ use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSe
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, StandardWindowExpr, WindowUDFExpr};
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode, PlanProperties,
+    apply_expression_roots, DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode,
+    PlanProperties,
 };
 use futures::StreamExt;
 
-use crate::plan_nodes::{only_child, rewrite_nodes, visit_each};
+use crate::plan_nodes::{only_child, rewrite_nodes};
 
 /// The physical rule that puts [`FirstRowsExec`] in place of a rank-one `row_number()` window
 /// (module docs).
@@ -161,7 +162,7 @@ impl ExecutionPlan for FirstRowsExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        visit_each(&self.keys, f)
+        apply_expression_roots(&self.keys, f)
     }
 
     fn with_new_children(

@@ -1,13 +1,12 @@
 //! What Quiver's own plan nodes (the operators and expressions its physical rules put into
-//! DataFusion's plans) share: taking their one child, showing their expressions to
-//! DataFusion's tree walks, and, for their tests, running a statement and telling whether a
-//! node was used.
+//! DataFusion's plans) share: the rules' bottom-up rewrite, taking their one child, and, for
+//! their tests, running a statement and telling whether a node was used. (Showing their
+//! expressions to DataFusion's tree walks is DataFusion's `apply_expression_roots`.)
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// `plan` with every node of type `N` for which `rewrite` gives a replacement replaced,
@@ -36,19 +35,6 @@ pub(crate) fn only_child<T>(children: Vec<T>, node: &str) -> Result<T> {
         DataFusionError::Internal(format!("{node} has exactly one child, was given {count}"))
     })?;
     Ok(child)
-}
-
-/// Calls `f` on each of `expressions` in turn until it says stop (`apply_expressions`).
-pub(crate) fn visit_each<'a>(
-    expressions: impl IntoIterator<Item = &'a Arc<dyn PhysicalExpr>>,
-    f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-) -> Result<TreeNodeRecursion> {
-    for expression in expressions {
-        if f(expression)? == TreeNodeRecursion::Stop {
-            return Ok(TreeNodeRecursion::Stop);
-        }
-    }
-    Ok(TreeNodeRecursion::Continue)
 }
 
 #[cfg(test)]
