@@ -241,7 +241,7 @@ impl From<DataFusionError> for QueryError {
             }
             cause = error.source();
         }
-        if resources && innermost_resources(&e).contains(pool::OTHERS_HOLD_MEMORY) {
+        if resources && innermost_resources(&e).starts_with(pool::OTHERS_HOLD_MEMORY) {
             QueryError::MemoryBusy(e)
         } else if resources {
             QueryError::ResourcesExhausted(e)
@@ -575,22 +575,22 @@ impl QueryEngine {
         let planned = guard_future("planning the query", async {
             // the answer's schema is the statement's (as describing it gives), not the
             // optimized plan's: the optimizer may change a column's nullability
-            let (optimized, schema) = match cached {
-                Some(kept) => kept,
+            let (optimized, schema, to_keep) = match cached {
+                Some((kept, schema)) => (kept, schema, None),
                 None => {
                     let plan = logical_plan(&state, analysis, params).await?;
                     let schema = Arc::new(plan.schema().as_arrow().clone());
-                    let optimized = state.optimize(&plan)?;
-                    if let Some(slot) = slot {
-                        self.plans.insert(slot, &optimized, &schema);
-                    }
-                    (optimized, schema)
+                    (state.optimize(&plan)?, schema, slot)
                 }
             };
             let physical = state
                 .query_planner()
                 .create_physical_plan(&optimized, &state)
                 .await?;
+            // kept only once it proved plannable: a statement that fails is not a hit later
+            if let Some(slot) = to_keep {
+                self.plans.insert(slot, &optimized, &schema);
+            }
             Ok::<_, DataFusionError>((schema, physical))
         });
         let (schema, physical) = planned.await?;

@@ -8,7 +8,14 @@
 //!   ([`Cacheability::Deterministic`]: no clock, which the optimizer folds into the plan as a
 //!   constant, no volatile function, no system schema);
 //! - every table it reads is still the same table (not dropped, or dropped and created again)
-//!   with the same schema (a write that adds a column gives a table a new schema).
+//!   with the same schema (a write that adds a column gives a table a new schema);
+//! - a statement of at most [`MAX_KEPT_TEXT`] bytes, so that the cache stays small: at most
+//!   [`MAX_PLANS`] plans of statements that size (a long `IN` list or `VALUES` is planned anew);
+//! - a plan that could be made into a physical plan (a statement that fails is not kept).
+//!
+//! Table functions (`generate_series`) are planned into the plan with their arguments: one
+//! whose rows change between runs (a cache of its own, say) must make its statements
+//! non-deterministic ([`Cacheability`]), as the result cache already requires.
 //!
 //! Data is never part of a plan: a logical plan names its tables, and their rows (write buffer
 //! and files) are read when the physical plan is made from it, at every run. So a cached plan
@@ -28,6 +35,9 @@ use crate::analyze::{Cacheability, QueryAnalysis};
 
 /// Plans kept at most.
 const MAX_PLANS: u64 = 1024;
+
+/// Longest statement (canonical text, bytes) whose plan is kept.
+const MAX_KEPT_TEXT: usize = 16 * 1024;
 
 /// A plan not used for this long is dropped.
 const PLAN_IDLE: Duration = Duration::from_secs(600);
@@ -106,7 +116,10 @@ impl PlanCache {
         visible: &VisibleDatabases,
         has_params: bool,
     ) -> Option<PlanSlot> {
-        if has_params || analysis.cacheability != Cacheability::Deterministic {
+        if has_params
+            || analysis.cacheability != Cacheability::Deterministic
+            || analysis.canonical.len() > MAX_KEPT_TEXT
+        {
             return None;
         }
         let tables = analysis

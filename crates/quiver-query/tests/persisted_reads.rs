@@ -336,6 +336,44 @@ async fn kept_plans_answer_as_fresh_plans_do() {
     assert!(stats.hits > 100 && stats.misses > 10, "{stats:?}");
 }
 
+/// Only plans that made a physical plan, of statements of bounded length, are kept.
+#[tokio::test]
+async fn failing_and_overlong_statements_keep_no_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    write(&store, "cpu,host=a usage=1 1\n").await;
+    let engine = engine(&store);
+    // a placeholder never bound: planned logically, refused by the physical planner
+    for _ in 0..2 {
+        assert!(rows(&engine, "SELECT usage + $1 FROM cpu").await.is_err());
+    }
+    let stats = engine.plan_cache_stats();
+    assert_eq!((stats.hits, stats.plans), (0, 0), "{stats:?}");
+    // a long IN list (over 16 KiB of text) is planned each time
+    let hosts: Vec<String> = (0..3000).map(|i| format!("'host-{i:05}'")).collect();
+    let long = format!(
+        "SELECT count(*) FROM cpu WHERE host IN ({})",
+        hosts.join(", ")
+    );
+    for _ in 0..2 {
+        assert_eq!(rows(&engine, &long).await.unwrap().len(), 1);
+    }
+    let stats = engine.plan_cache_stats();
+    assert_eq!((stats.hits, stats.plans), (0, 0), "{stats:?}");
+    // a short one is kept and reused
+    for _ in 0..2 {
+        assert_eq!(
+            rows(&engine, "SELECT count(*) FROM cpu")
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+    let stats = engine.plan_cache_stats();
+    assert_eq!((stats.hits, stats.plans), (1, 1), "{stats:?}");
+}
+
 #[tokio::test]
 async fn last_point_queries_read_only_the_newest_rows_and_others_read_everything() {
     let dir = tempfile::tempdir().unwrap();
