@@ -148,6 +148,10 @@ fn describe() {
             "quiver_plan_cache_misses_total",
             "Queries whose plan could have been kept but was made anew.",
         ),
+        (
+            "quiver_plan_cache_physical_hits_total",
+            "Queries run from the kept physical plan of the same statement over the same rows.",
+        ),
     ] {
         describe_counter!(name, help);
     }
@@ -164,6 +168,10 @@ fn describe() {
         ),
         ("quiver_chunk_cache_bytes", "Bytes the chunk cache holds."),
         ("quiver_plan_cache_plans", "Plans the plan cache holds."),
+        (
+            "quiver_plan_cache_physical_plans",
+            "Physical plans the plan cache holds (with the rows they read).",
+        ),
         ("quiver_queries_running", "Queries running now."),
         ("quiver_queries_queued", "Queries waiting for a slot now."),
     ] {
@@ -225,6 +233,8 @@ fn record_layer_stats(app: &AppState) {
     counter!("quiver_plan_cache_hits_total").absolute(plans.hits);
     counter!("quiver_plan_cache_misses_total").absolute(plans.misses);
     gauge!("quiver_plan_cache_plans").set(plans.plans as f64);
+    counter!("quiver_plan_cache_physical_hits_total").absolute(plans.physical_hits);
+    gauge!("quiver_plan_cache_physical_plans").set(plans.physical_plans as f64);
     let cache = app.queries.stats();
     counter!("quiver_result_cache_hits_total").absolute(cache.hits);
     counter!("quiver_result_cache_misses_total").absolute(cache.misses);

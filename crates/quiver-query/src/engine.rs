@@ -36,7 +36,7 @@ use crate::governance::{pool, Governor, Limits, Placement, QueryControl, StopRea
 use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
-use crate::plan_cache::{PlanCache, PlanCacheStats};
+use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
 
 /// Settings of the SQL engine. The serde names are the server's configuration keys;
 /// `session_setup` is wired by the program, not configured.
@@ -397,6 +397,7 @@ impl QueryEngine {
             "time_zone={:?};ident_normalization={}",
             settings.execution.time_zone, settings.sql_parser.enable_ident_normalization
         );
+        let plans = PlanCache::new(&store);
         Ok(QueryEngine {
             store,
             options,
@@ -407,7 +408,7 @@ impl QueryEngine {
                 .build(),
             semantic_settings,
             governor,
-            plans: PlanCache::new(),
+            plans,
         })
     }
 
@@ -571,29 +572,11 @@ impl QueryEngine {
         // executed on the governor's runtime
         let params = options.params.to_param_values();
         let slot = PlanCache::slot(&self.store, analysis, &visible, params.is_some());
-        let cached = slot.as_ref().and_then(|slot| self.plans.get(slot));
-        let planned = guard_future("planning the query", async {
-            // the answer's schema is the statement's (as describing it gives), not the
-            // optimized plan's: the optimizer may change a column's nullability
-            let (optimized, schema, to_keep) = match cached {
-                Some((kept, schema)) => (kept, schema, None),
-                None => {
-                    let plan = logical_plan(&state, analysis, params).await?;
-                    let schema = Arc::new(plan.schema().as_arrow().clone());
-                    (state.optimize(&plan)?, schema, slot)
-                }
-            };
-            let physical = state
-                .query_planner()
-                .create_physical_plan(&optimized, &state)
-                .await?;
-            // kept only once it proved plannable: a statement that fails is not a hit later
-            if let Some(slot) = to_keep {
-                self.plans.insert(slot, &optimized, &schema);
-            }
-            Ok::<_, DataFusionError>((schema, physical))
-        });
-        let (schema, physical) = planned.await?;
+        let kept = slot.as_ref().and_then(|slot| self.plans.physical(slot));
+        let (schema, physical) = match kept {
+            Some(kept) => kept,
+            None => self.plan(&mut state, analysis, params, slot).await?,
+        };
         let placement = Placement::of(&physical);
         let execute = move |runtime: Arc<RuntimeEnv>| {
             let task = TaskContext::from(&state).with_runtime(runtime);
@@ -603,6 +586,47 @@ impl QueryEngine {
         Ok(self
             .governor
             .run(admitted, &self.runtime, (schema, placement), execute))
+    }
+
+    /// The physical plan of `analysis` (its placeholders bound to `params`) and its answer's
+    /// schema, from the kept logical plan if `slot`'s is kept; the plans are kept in `slot`
+    /// for the next run if they may be.
+    async fn plan(
+        &self,
+        state: &mut SessionState,
+        analysis: &QueryAnalysis,
+        params: Option<ParamValues>,
+        slot: Option<PlanSlot>,
+    ) -> Result<(SchemaRef, Arc<dyn ExecutionPlan>), QueryError> {
+        let scans = Arc::new(ScansRead::default());
+        state.config_mut().set_extension(scans.clone());
+        let state = &*state;
+        let cached = slot.as_ref().and_then(|slot| self.plans.get(slot));
+        let planned = guard_future("planning the query", async {
+            // the answer's schema is the statement's (as describing it gives), not the
+            // optimized plan's: the optimizer may change a column's nullability
+            let (optimized, schema, new_logical) = match cached {
+                Some((kept, schema)) => (kept, schema, false),
+                None => {
+                    let plan = logical_plan(state, analysis, params).await?;
+                    let schema = Arc::new(plan.schema().as_arrow().clone());
+                    (state.optimize(&plan)?, schema, true)
+                }
+            };
+            let physical = state
+                .query_planner()
+                .create_physical_plan(&optimized, state)
+                .await?;
+            // kept only once it proved plannable: a statement that fails is not a hit later
+            if let Some(slot) = slot {
+                self.plans.keep_physical(&slot, &physical, &schema, &scans);
+                if new_logical {
+                    self.plans.insert(slot, &optimized, &schema);
+                }
+            }
+            Ok::<_, DataFusionError>((schema, physical))
+        });
+        Ok(planned.await?)
     }
 
     /// How the cache of repeated statements' plans has done.

@@ -42,7 +42,7 @@ use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::provider::{
-    external, is_time_column, project_by_name, query_now_ns, time_bounds, QuiverTable,
+    external, is_time_column, note_read, project_by_name, query_now_ns, time_bounds, QuiverTable,
 };
 
 /// The analyzer rule that routes last-point plans to [`LatestRowsTable`] (module docs).
@@ -313,11 +313,11 @@ impl TableProvider for LatestRowsTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let table = self.table.table();
         let snapshot = table.snapshot().map_err(external)?;
+        let now_ns = query_now_ns(state);
+        note_read(state, table, &snapshot, now_ns);
         // rows before the retention cutoff are invisible; the query's own lower bound on time
         // (if any) spares reading older files
-        let retained = table
-            .retention_cutoff_ns(query_now_ns(state))
-            .unwrap_or(i64::MIN);
+        let retained = table.retention_cutoff_ns(now_ns).unwrap_or(i64::MIN);
         let since = retained.max(time_bounds(filters).min);
         let cache = self.table.chunk_cache().clone();
         let newest = tokio::task::spawn_blocking(move || {

@@ -17,19 +17,47 @@
 //! whose rows change between runs (a cache of its own, say) must make its statements
 //! non-deterministic ([`Cacheability`]), as the result cache already requires.
 //!
-//! Data is never part of a plan: a logical plan names its tables, and their rows (write buffer
-//! and files) are read when the physical plan is made from it, at every run. So a cached plan
-//! is never stale for new rows, and a write does not invalidate it.
+//! Data is never part of a logical plan: it names its tables, and their rows (write buffer and
+//! files) are read when the physical plan is made from it. So a kept logical plan is never
+//! stale for new rows, and a write does not invalidate it.
+//!
+//! The physical plan is kept too, but only with the rows it was made over
+//! ([`PhysicalPlans`]): a statement asked again before its table changed (a dashboard's panels,
+//! a benchmark, an alert rule over a quiet table) runs the same physical plan, its operators'
+//! state reset, instead of making one again (the physical planner and its optimizer are most
+//! of a short query's cost). It is reused only while
+//! - the statement's scans all read one table, and that table's snapshot is still the one they
+//!   read (any write, persist, compaction, expiry or drop makes a new snapshot);
+//! - every file was read from decoded columns (a plan reading Parquet has the columns decoded
+//!   for the next plan, which will be faster) and the chunk cache has evicted nothing since
+//!   (the plan holds the columns it read, which would otherwise outlive their eviction);
+//! - the table's database keeps rows forever (a retention period makes the rows a scan may see
+//!   depend on the clock);
+//! - no operator of the plan consumes a dynamic filter made by another operator (a
+//!   `TopK`'s filter pushed into a scan), which resetting the operators' state cannot renew.
+//!
+//! A kept physical plan holds the rows its scans read, so kept plans are few
+//! ([`MAX_PHYSICAL_PLANS`]), dropped as soon as their table is written to (a
+//! [`TableChangeListener`]), and dropped after [`PHYSICAL_IDLE`] unused.
 
 use std::any::TypeId;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::Result;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
+use datafusion::physical_plan::ExecutionPlan;
+use parking_lot::Mutex;
 use quiver_model::VisibleDatabases;
-use quiver_storage::{Store, Table};
+use quiver_storage::{ChunkCache, Store, Table, TableChangeListener, TableSnapshot};
 
 use crate::analyze::{Cacheability, QueryAnalysis};
 
@@ -41,6 +69,12 @@ const MAX_KEPT_TEXT: usize = 16 * 1024;
 
 /// A plan not used for this long is dropped.
 const PLAN_IDLE: Duration = Duration::from_secs(600);
+
+/// Physical plans kept at most.
+const MAX_PHYSICAL_PLANS: usize = 64;
+
+/// A physical plan not used for this long is dropped (when the next one is kept).
+const PHYSICAL_IDLE: Duration = Duration::from_secs(60);
 
 /// What identifies a statement's plan (module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -59,9 +93,11 @@ struct CachedPlan {
     tables: Vec<(Arc<Table>, SchemaRef)>,
 }
 
-/// The optimized logical plans of recent statements (module docs).
+/// The optimized logical plans of recent statements, and the physical plans of those whose
+/// table did not change since (module docs).
 pub(crate) struct PlanCache {
     plans: moka::sync::Cache<PlanKey, Arc<CachedPlan>>,
+    physical: Arc<PhysicalPlans>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -75,6 +111,10 @@ pub struct PlanCacheStats {
     pub misses: u64,
     /// Plans kept now.
     pub plans: u64,
+    /// Statements run from a kept physical plan (also counted as `hits`).
+    pub physical_hits: u64,
+    /// Physical plans kept now.
+    pub physical_plans: u64,
 }
 
 /// A statement's place in the cache, and the tables it reads as they were before planning.
@@ -84,13 +124,17 @@ pub(crate) struct PlanSlot {
 }
 
 impl PlanCache {
-    /// An empty cache.
-    pub(crate) fn new() -> Self {
+    /// An empty cache of plans over `store`, whose physical plans are dropped as soon as a
+    /// table they read is written to.
+    pub(crate) fn new(store: &Store) -> Self {
+        let physical = Arc::new(PhysicalPlans::new(store.chunk_cache().clone()));
+        store.add_change_listener(physical.clone());
         PlanCache {
             plans: moka::sync::Cache::builder()
                 .max_capacity(MAX_PLANS)
                 .time_to_idle(PLAN_IDLE)
                 .build(),
+            physical,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
@@ -105,6 +149,8 @@ impl PlanCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             plans: self.plans.entry_count(),
+            physical_hits: self.physical.hits.load(Ordering::Relaxed),
+            physical_plans: self.physical.plans.lock().len() as u64,
         }
     }
 
@@ -172,5 +218,239 @@ impl PlanCache {
             tables: slot.tables,
         };
         self.plans.insert(slot.key, Arc::new(cached));
+    }
+
+    /// The physical plan kept in `slot`, its state reset for one more run, and its answer's
+    /// schema, if the rows it was made over are still the table's (module docs). A hit is
+    /// counted among the plan cache's hits.
+    pub(crate) fn physical(&self, slot: &PlanSlot) -> Option<(SchemaRef, Arc<dyn ExecutionPlan>)> {
+        let (plan, output) = self.physical.get(slot)?;
+        // a plan whose operators cannot be reset is made anew
+        let plan = reset_plan_states(plan).ok()?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.physical.hits.fetch_add(1, Ordering::Relaxed);
+        Some((output, plan))
+    }
+
+    /// Keeps `plan`, made for `slot` from scans that read `scans` and answering with
+    /// `output`, if it may be run again (module docs).
+    pub(crate) fn keep_physical(
+        &self,
+        slot: &PlanSlot,
+        plan: &Arc<dyn ExecutionPlan>,
+        output: &SchemaRef,
+        scans: &ScansRead,
+    ) {
+        let Some((table, snapshot)) = scans.one_snapshot() else {
+            return;
+        };
+        if !slot.tables.iter().all(|(t, _)| Arc::ptr_eq(t, &table))
+            || consumes_dynamic_filters(plan).unwrap_or(true)
+        {
+            return;
+        }
+        self.physical.insert(
+            slot.key.clone(),
+            KeptPhysical {
+                plan: plan.clone(),
+                output: output.clone(),
+                table,
+                snapshot,
+                evictions: self.physical.chunk_cache.evictions(),
+                used: Instant::now(),
+            },
+        );
+    }
+}
+
+/// What the scans of one planning read, as the table providers note it: found in the
+/// session's configuration (an extension the engine sets per query, see
+/// [`ScansRead::of`]).
+#[derive(Default)]
+pub(crate) struct ScansRead {
+    /// Each scan's table and the snapshot it read.
+    reads: Mutex<Vec<(Arc<Table>, Arc<TableSnapshot>)>>,
+    /// Set by a scan whose plan must not be run again (module docs).
+    unrepeatable: AtomicBool,
+}
+
+impl ScansRead {
+    /// The record of the query being planned in `state`, if the engine keeps one.
+    pub(crate) fn of(state: &dyn Session) -> Option<Arc<ScansRead>> {
+        state.config().get_extension::<ScansRead>()
+    }
+
+    /// Notes that a scan read `snapshot` of `table`.
+    pub(crate) fn read(&self, table: &Arc<Table>, snapshot: &Arc<TableSnapshot>) {
+        self.reads.lock().push((table.clone(), snapshot.clone()));
+    }
+
+    /// Notes that a scan's plan must not be run again: it reads Parquet, or rows the clock
+    /// decides on.
+    pub(crate) fn unrepeatable(&self) {
+        self.unrepeatable.store(true, Ordering::Relaxed);
+    }
+
+    /// The one table and snapshot that every scan read, if the plan may be run again.
+    fn one_snapshot(&self) -> Option<(Arc<Table>, Arc<TableSnapshot>)> {
+        if self.unrepeatable.load(Ordering::Relaxed) {
+            return None;
+        }
+        let reads = self.reads.lock();
+        let (table, snapshot) = reads.first()?;
+        reads
+            .iter()
+            .all(|(t, s)| Arc::ptr_eq(t, table) && Arc::ptr_eq(s, snapshot))
+            .then(|| (table.clone(), snapshot.clone()))
+    }
+}
+
+/// True if an operator of `plan` uses a dynamic filter that another operator makes (a filter
+/// pushed down from a `TopK` or a join): resetting the maker's state gives it a new filter
+/// that the kept consumer would never see.
+fn consumes_dynamic_filters(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    let mut consumes = false;
+    plan.apply(|node| {
+        let made: Vec<u64> = node
+            .dynamic_expressions_produced()
+            .iter()
+            .filter_map(|e| e.expression_id())
+            .collect();
+        node.apply_expressions(&mut |root| {
+            root.apply(|e| {
+                let foreign = e
+                    .downcast_ref::<DynamicFilterPhysicalExpr>()
+                    .is_some_and(|d| d.expression_id().is_none_or(|id| !made.contains(&id)));
+                consumes |= foreign;
+                Ok(if foreign {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })?;
+        Ok(if consumes {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(consumes)
+}
+
+/// A physical plan kept with the rows it was made over.
+struct KeptPhysical {
+    plan: Arc<dyn ExecutionPlan>,
+    output: SchemaRef,
+    /// The one table its scans read, and the snapshot they read of it.
+    table: Arc<Table>,
+    snapshot: Arc<TableSnapshot>,
+    /// The chunk cache's evictions when it was made.
+    evictions: u64,
+    /// When it was last run.
+    used: Instant,
+}
+
+/// The physical plans kept (module docs); dropped when their table is written to.
+pub(crate) struct PhysicalPlans {
+    plans: Mutex<HashMap<PlanKey, KeptPhysical>>,
+    /// What the plans' files were read through (its evictions make plans stale).
+    chunk_cache: Arc<ChunkCache>,
+    hits: AtomicU64,
+}
+
+impl PhysicalPlans {
+    fn new(chunk_cache: Arc<ChunkCache>) -> Self {
+        PhysicalPlans {
+            plans: Mutex::new(HashMap::new()),
+            chunk_cache,
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// The plan kept for `slot` and its output schema, if its table's snapshot is the one it
+    /// read and the chunk cache evicted nothing since; a stale plan is dropped. The lock is
+    /// not held while the table makes its snapshot (after a write, that merges its buffer).
+    fn get(&self, slot: &PlanSlot) -> Option<(Arc<dyn ExecutionPlan>, SchemaRef)> {
+        let (table, read, evictions) = {
+            let plans = self.plans.lock();
+            let kept = plans.get(&slot.key)?;
+            (kept.table.clone(), kept.snapshot.clone(), kept.evictions)
+        };
+        let fresh = slot.tables.iter().all(|(t, _)| Arc::ptr_eq(t, &table))
+            && evictions == self.chunk_cache.evictions()
+            && table
+                .snapshot()
+                .is_ok_and(|current| Arc::ptr_eq(&current, &read));
+        let mut plans = self.plans.lock();
+        // (replaced meanwhile by another query's plan: that one is not judged here)
+        let kept = plans
+            .get_mut(&slot.key)
+            .filter(|kept| Arc::ptr_eq(&kept.snapshot, &read))?;
+        if !fresh {
+            plans.remove(&slot.key);
+            return None;
+        }
+        kept.used = Instant::now();
+        Some((kept.plan.clone(), kept.output.clone()))
+    }
+
+    /// Keeps `kept` for `key`, first dropping plans unused for [`PHYSICAL_IDLE`] and, if
+    /// there are still [`MAX_PHYSICAL_PLANS`], the least recently used.
+    fn insert(&self, key: PlanKey, kept: KeptPhysical) {
+        let mut plans = self.plans.lock();
+        let now = Instant::now();
+        plans.retain(|_, p| now.duration_since(p.used) < PHYSICAL_IDLE);
+        if plans.len() >= MAX_PHYSICAL_PLANS && !plans.contains_key(&key) {
+            let oldest = plans
+                .iter()
+                .min_by_key(|(_, p)| p.used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                plans.remove(&oldest);
+            }
+        }
+        plans.insert(key, kept);
+    }
+}
+
+impl TableChangeListener for PhysicalPlans {
+    fn table_changed(&self, table: &Table) {
+        let mut plans = self.plans.lock();
+        if !plans.is_empty() {
+            plans.retain(|_, p| !std::ptr::eq(Arc::as_ptr(&p.table), table));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion::physical_plan::filter::FilterExec;
+    use datafusion::physical_plan::sorts::sort::SortExec;
+
+    use super::*;
+
+    #[test]
+    fn a_plan_using_a_dynamic_filter_made_by_another_operator_is_not_run_again() {
+        let schema = Arc::new(Schema::new(vec![Field::new("t", DataType::Int64, false)]));
+        let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema.clone()));
+        let order = LexOrdering::new(vec![PhysicalSortExpr::new_default(
+            col("t", &schema).unwrap(),
+        )])
+        .unwrap();
+        let top_k: Arc<dyn ExecutionPlan> =
+            Arc::new(SortExec::new(order.clone(), input.clone()).with_fetch(Some(3)));
+        // a TopK's own filter is renewed when its state is reset
+        assert!(!consumes_dynamic_filters(&top_k).unwrap());
+        // the filter of another TopK, as if pushed down into a filter below this one
+        let pushed = top_k.dynamic_expressions_produced().remove(0);
+        let consumer = Arc::new(FilterExec::try_new(pushed, input).unwrap());
+        let plan: Arc<dyn ExecutionPlan> =
+            Arc::new(SortExec::new(order, consumer).with_fetch(Some(3)));
+        assert!(consumes_dynamic_filters(&plan).unwrap());
     }
 }

@@ -59,6 +59,7 @@ use quiver_storage::{
 
 use crate::chunk_reader::CachedChunkReaderFactory;
 use crate::dedup_exec::DeduplicateExec;
+use crate::plan_cache::ScansRead;
 use crate::series_filter::{narrows, rows_in_matching_series};
 use crate::tag_filter::keep_matching_tags;
 
@@ -148,10 +149,28 @@ impl TableProvider for QuiverTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let snapshot = self.table.snapshot().map_err(external)?;
         let now_ns = query_now_ns(state);
+        note_read(state, &self.table, &snapshot, now_ns);
         let cutoff = self.table.retention_filter_ns(&snapshot, now_ns);
         match cutoff {
             None => self.scan_snapshot(state, &snapshot, projection, filters),
             Some(cutoff) => self.scan_retained(state, &snapshot, (projection, filters), cutoff),
+        }
+    }
+}
+
+/// Notes for the plan cache that a scan planned in `state` at `now_ns` read `snapshot` of
+/// `table`; a plan over a table with a retention period is not run again (which rows it may
+/// see depends on the clock).
+pub(crate) fn note_read(
+    state: &dyn Session,
+    table: &Arc<Table>,
+    snapshot: &Arc<TableSnapshot>,
+    now_ns: i64,
+) {
+    if let Some(scans) = ScansRead::of(state) {
+        scans.read(table, snapshot);
+        if table.retention_cutoff_ns(now_ns).is_some() {
+            scans.unrepeatable();
         }
     }
 }
@@ -376,6 +395,13 @@ impl Scan<'_> {
     /// (the next scan asks again), the cache is off, or a file would take more than a quarter
     /// of it.
     fn decode_later(&self, files: &[Arc<ParquetFile>], columns: &Fields) {
+        if files.is_empty() {
+            return;
+        }
+        // the next plan will read them decoded: this one is not kept
+        if let Some(scans) = ScansRead::of(self.state) {
+            scans.unrepeatable();
+        }
         let cache = self.chunk_cache;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;

@@ -336,6 +336,117 @@ async fn kept_plans_answer_as_fresh_plans_do() {
     assert!(stats.hits > 100 && stats.misses > 10, "{stats:?}");
 }
 
+/// Until the chunk cache is done decoding what the queries so far read from Parquet (a plan
+/// reading Parquet is not kept physically; a later one reads the decoded columns). The
+/// decoding runs on a blocking thread that may not have started yet: idle twice, 5 ms apart.
+async fn settle_decoding(store: &Store) {
+    let pause = || tokio::time::sleep(std::time::Duration::from_millis(5));
+    loop {
+        while !store.chunk_cache().decoding_idle() {
+            pause().await;
+        }
+        pause().await;
+        if store.chunk_cache().decoding_idle() {
+            return;
+        }
+    }
+}
+
+/// A kept physical plan is run again only over the rows it was made over: the same engine,
+/// running every statement twice in a row (the second run reuses the first's physical plan
+/// when nothing changed between them), answers as a new engine does after writes, persists,
+/// compactions, steps that change nothing, a new tag and a table dropped and written again.
+#[tokio::test]
+async fn kept_physical_plans_answer_as_fresh_plans_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    let kept = engine(&store);
+    let mut rng = Rng(29);
+    for step in 0..50 {
+        match rng.below(6) {
+            0 | 1 => write(&store, &random_lines(&mut rng, step * 2)).await,
+            2 => drop(store.persist_now().unwrap()),
+            3 => drop(store.compact_now(CompactionScope::default()).unwrap()),
+            _ => {}
+        }
+        if step == 30 {
+            store.drop_table("db", "mem").unwrap();
+        }
+        let fresh = engine(&store);
+        for sql in QUERIES.iter().chain(LAST_POINT_QUERIES) {
+            let expected = rows(&fresh, sql).await;
+            for run in 0..2 {
+                let actual = rows(&kept, sql).await;
+                assert_eq!(actual, expected, "{sql} at step {step}, run {run}");
+            }
+            settle_decoding(&store).await;
+        }
+    }
+    let stats = kept.plan_cache_stats();
+    assert!(
+        stats.physical_hits > 300 && stats.physical_plans > 0,
+        "{stats:?}"
+    );
+}
+
+/// A write drops the physical plans of its table at once (they hold the rows they read);
+/// a database with a retention period keeps none (which rows a scan sees depends on the
+/// clock), nor does a plan still reading Parquet.
+#[tokio::test]
+async fn physical_plans_are_kept_only_while_their_rows_are_the_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    write(&store, "cpu,host=a usage=1 1\ncpu,host=b usage=2 2\n").await;
+    let engine = engine(&store);
+    let count = "SELECT count(*) FROM cpu";
+    let physical = |engine: &QueryEngine| {
+        let stats = engine.plan_cache_stats();
+        (stats.physical_plans, stats.physical_hits)
+    };
+    assert_eq!(rows(&engine, count).await.unwrap(), ["count(*)=2"]);
+    assert_eq!(rows(&engine, count).await.unwrap(), ["count(*)=2"]);
+    assert_eq!(physical(&engine), (1, 1));
+    write(&store, "cpu,host=c usage=3 3\n").await;
+    assert_eq!(physical(&engine).0, 0, "a write drops its table's plans");
+    assert_eq!(rows(&engine, count).await.unwrap(), ["count(*)=3"]);
+    assert_eq!(physical(&engine), (1, 1));
+
+    // persisted: the first plan reads Parquet (not kept), a later one the decoded columns
+    store.persist_now().unwrap();
+    assert_eq!(rows(&engine, count).await.unwrap(), ["count(*)=3"]);
+    assert_eq!(
+        physical(&engine),
+        (0, 1),
+        "a plan reading Parquet is not kept"
+    );
+    for _ in 0..100 {
+        settle_decoding(&store).await;
+        assert_eq!(rows(&engine, count).await.unwrap(), ["count(*)=3"]);
+        if physical(&engine).1 > 1 {
+            break;
+        }
+    }
+    assert_eq!(
+        physical(&engine),
+        (1, 2),
+        "the decoded columns' plan is kept"
+    );
+
+    let retention = quiver_storage::RetentionPeriod::parse("30d").unwrap();
+    store.set_retention("db", Some(retention)).unwrap();
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap();
+    write(&store, &format!("cpu,host=d usage=4 {now}\n")).await;
+    for _ in 0..3 {
+        // the rows of 1970 are past the retention period
+        assert_eq!(rows(&engine, count).await.unwrap(), ["count(*)=1"]);
+    }
+    assert_eq!(
+        physical(&engine),
+        (0, 2),
+        "a retention period keeps no plan"
+    );
+}
+
 /// Only plans that made a physical plan, of statements of bounded length, are kept.
 #[tokio::test]
 async fn failing_and_overlong_statements_keep_no_plan() {

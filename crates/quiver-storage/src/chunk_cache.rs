@@ -155,6 +155,12 @@ impl ChunkCache {
         self.capacity_bytes
     }
 
+    /// Entries evicted to stay within the capacity so far (cheap: no pending evictions are
+    /// applied first, unlike [`ChunkCache::stats`]).
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
     /// True if the cache keeps anything at all.
     pub fn enabled(&self) -> bool {
         self.capacity_bytes > 0
