@@ -43,7 +43,7 @@
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
@@ -255,7 +255,7 @@ impl PlanCache {
                 plan: plan.clone(),
                 output: output.clone(),
                 table,
-                snapshot,
+                snapshot: Arc::downgrade(&snapshot),
                 evictions: self.physical.chunk_cache.evictions(),
                 used: Instant::now(),
             },
@@ -342,9 +342,11 @@ fn consumes_dynamic_filters(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
 struct KeptPhysical {
     plan: Arc<dyn ExecutionPlan>,
     output: SchemaRef,
-    /// The one table its scans read, and the snapshot they read of it.
+    /// The one table its scans read, and the snapshot they read of it: not held, so that a
+    /// snapshot the table replaced (and the files only it names, which a compaction replaced)
+    /// goes as soon as no query reads it.
     table: Arc<Table>,
-    snapshot: Arc<TableSnapshot>,
+    snapshot: Weak<TableSnapshot>,
     /// The chunk cache's evictions when it was made.
     evictions: u64,
     /// When it was last run.
@@ -377,16 +379,17 @@ impl PhysicalPlans {
             let kept = plans.get(&slot.key)?;
             (kept.table.clone(), kept.snapshot.clone(), kept.evictions)
         };
+        // (a weak reference keeps its snapshot's address from being reused while it exists)
         let fresh = slot.tables.iter().all(|(t, _)| Arc::ptr_eq(t, &table))
             && evictions == self.chunk_cache.evictions()
             && table
                 .snapshot()
-                .is_ok_and(|current| Arc::ptr_eq(&current, &read));
+                .is_ok_and(|current| std::ptr::eq(Arc::as_ptr(&current), read.as_ptr()));
         let mut plans = self.plans.lock();
         // (replaced meanwhile by another query's plan: that one is not judged here)
         let kept = plans
             .get_mut(&slot.key)
-            .filter(|kept| Arc::ptr_eq(&kept.snapshot, &read))?;
+            .filter(|kept| Weak::ptr_eq(&kept.snapshot, &read))?;
         if !fresh {
             plans.remove(&slot.key);
             return None;

@@ -594,7 +594,8 @@ impl Scan<'_> {
         Ok(DataSourceExec::from_data_source(config))
     }
 
-    /// The buffer snapshot (sorted by series then time) as one sorted partition.
+    /// The buffer snapshot's runs (each sorted by series then time, no point in two of them)
+    /// as one sorted partition each.
     fn sorted_buffer(
         &self,
         full: &SchemaRef,
@@ -602,8 +603,13 @@ impl Scan<'_> {
         ordering: &LexOrdering,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         // The snapshot's batches have exactly the snapshot's (full) schema.
-        let batches = self.snapshot.batches.clone();
-        let source = MemorySourceConfig::try_new(&[batches], full.clone(), Some(wanted.to_vec()))?
+        let runs: Vec<Vec<RecordBatch>> = self
+            .snapshot
+            .batches
+            .iter()
+            .map(|run| vec![run.clone()])
+            .collect();
+        let source = MemorySourceConfig::try_new(&runs, full.clone(), Some(wanted.to_vec()))?
             .try_with_sort_information(vec![ordering.clone()])?;
         Ok(DataSourceExec::from_data_source(source))
     }

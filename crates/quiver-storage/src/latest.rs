@@ -133,66 +133,10 @@ pub(crate) fn last_rows_of_runs(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use arrow::array::{
-        ArrayRef, DictionaryArray, Float64Array, StringArray, TimestampNanosecondArray,
-    };
-    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use proptest::prelude::*;
 
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::Int32Type;
-
     use super::*;
-
-    /// A row: host tag, time, field `v`.
-    type Row<'a> = (Option<&'a str>, i64, Option<f64>);
-    /// A row as read back.
-    type OwnedRow = (Option<String>, i64, Option<f64>);
-
-    fn batch(rows: &[Row]) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new(
-                "host",
-                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-                true,
-            ),
-            Field::new(
-                "time",
-                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
-                false,
-            ),
-            Field::new("v", DataType::Float64, true),
-        ]));
-        let host: DictionaryArray<Int32Type> = rows.iter().map(|r| r.0).collect();
-        let time = TimestampNanosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())
-            .with_timezone("UTC");
-        let v = Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>());
-        RecordBatch::try_new(
-            schema,
-            vec![Arc::new(host) as ArrayRef, Arc::new(time), Arc::new(v)],
-        )
-        .unwrap()
-    }
-
-    fn rows(batch: &RecordBatch) -> Vec<OwnedRow> {
-        let host = arrow::compute::cast(batch.column(0), &DataType::Utf8).unwrap();
-        let host = host.as_any().downcast_ref::<StringArray>().unwrap();
-        let time = time_column(batch).unwrap();
-        let v = batch
-            .column(2)
-            .as_primitive::<arrow::datatypes::Float64Type>();
-        (0..batch.num_rows())
-            .map(|i| {
-                (
-                    host.is_valid(i).then(|| host.value(i).to_string()),
-                    time.value(i),
-                    v.is_valid(i).then(|| v.value(i)),
-                )
-            })
-            .collect()
-    }
+    use crate::test_rows::{batch, rows, OwnedRow, Row};
 
     #[test]
     fn the_last_row_of_each_run_is_kept_and_a_missing_tag_is_a_series() {

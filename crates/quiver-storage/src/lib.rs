@@ -23,6 +23,7 @@
 //! facade.
 
 mod buffer;
+mod buffer_runs;
 mod catalog;
 mod chunk_cache;
 mod compaction;
@@ -38,6 +39,8 @@ mod persister;
 mod retention;
 mod series;
 mod table;
+#[cfg(test)]
+mod test_rows;
 mod wal_record;
 
 use std::path::{Path, PathBuf};

@@ -15,6 +15,7 @@ use arrow::error::ArrowError;
 use parking_lot::RwLock;
 use quiver_model::schema::ColumnType;
 
+use crate::buffer_runs::{extend_runs, Run};
 use crate::catalog::FileEntry;
 use crate::dedup::compact_dictionaries;
 use crate::error::StorageError;
@@ -43,7 +44,8 @@ pub struct TableSnapshot {
     pub version: u64,
     /// The table schema at that version (columns sorted by name).
     pub schema: SchemaRef,
-    /// The buffered rows (one batch, possibly empty).
+    /// The buffered rows: one or more batches, each sorted by series then time, no point in
+    /// two of them ([`crate::buffer_runs`]); one empty batch if nothing is buffered.
     pub batches: Vec<RecordBatch>,
     /// The table's Parquet files, in write order.
     pub files: Arc<Vec<Arc<ParquetFile>>>,
@@ -157,10 +159,13 @@ pub(crate) struct FrozenRows {
 struct TableState {
     columns: BTreeMap<String, ColumnType>,
     schema: SchemaRef,
-    /// Chunks appended since the last freeze, in write order, each with the schema it was
-    /// written with.
+    /// The rows of earlier live chunks, merged by a snapshot into sorted runs (older first).
+    runs: Vec<Run>,
+    /// Chunks appended since the last freeze and not yet merged into `runs`, in write order,
+    /// each with the schema it was written with.
     live: Vec<RecordBatch>,
-    /// Bytes appended to `live` (as counted when appended).
+    /// Bytes appended to `live` since the last freeze (as counted when appended, also once
+    /// merged into `runs`).
     live_bytes: usize,
     /// Chunks being persisted (older than every live chunk), and their byte count.
     frozen: Option<(Arc<Vec<RecordBatch>>, usize)>,
@@ -218,6 +223,7 @@ impl Table {
         let mut state = TableState {
             columns: BTreeMap::new(),
             schema: Arc::new(Schema::empty()),
+            runs: Vec::new(),
             live: Vec::new(),
             live_bytes: 0,
             frozen: None,
@@ -306,7 +312,7 @@ impl Table {
     /// version: repeated reads between writes cost an `Arc` clone. Computed outside the lock
     /// so writers are never blocked by it.
     pub fn snapshot(&self) -> Result<Arc<TableSnapshot>, StorageError> {
-        let (version, generation, schema, frozen, live, files) = {
+        let (version, generation, schema, frozen, runs, live, files) = {
             let state = self.state.read();
             if let Some(snapshot) = &state.snapshot {
                 return Ok(snapshot.clone());
@@ -316,19 +322,37 @@ impl Table {
                 state.generation,
                 state.schema.clone(),
                 state.frozen.as_ref().map(|(chunks, _)| chunks.clone()),
+                state.runs.clone(),
                 state.live.clone(),
                 state.files.clone(),
             )
         };
-        let frozen_chunks = frozen.as_deref().map_or(&[][..], |c| c.as_slice());
-        let chunks = frozen_chunks.iter().chain(&live).cloned().collect();
-        let (merged, starts) = merge_chunks_with_starts(&schema, chunks)?;
-        let batches = vec![merged];
-        // the merge's sort knows where each series begins: no pass over the tags for it
+        let buffered = match &frozen {
+            // being persisted: everything merged into one batch, kept for this snapshot only
+            Some(frozen) => {
+                let runs = runs.into_iter().map(|run| run.rows);
+                let chunks = frozen.iter().cloned().chain(runs).chain(live).collect();
+                match merge_chunks_with_starts(&schema, chunks)? {
+                    (rows, Some(starts)) => Ok(vec![Run::new(rows, starts)]),
+                    (rows, None) => Err(rows),
+                }
+            }
+            // only the chunks written since the last snapshot are sorted
+            None => extend_runs(&schema, runs, live)?,
+        };
+        // the merges' sorts know where each series begins: no pass over the tags for it
         let buffer_series = std::sync::OnceLock::new();
-        if let Some(starts) = starts {
-            let _ = buffer_series.set(vec![starts]);
-        }
+        let batches = match &buffered {
+            Ok(runs) if runs.is_empty() => {
+                let _ = buffer_series.set(vec![Vec::new()]);
+                vec![RecordBatch::new_empty(schema.clone())]
+            }
+            Ok(runs) => {
+                let _ = buffer_series.set(runs.iter().map(|run| run.starts.clone()).collect());
+                runs.iter().map(|run| run.rows.clone()).collect()
+            }
+            Err(rows) => vec![rows.clone()],
+        };
         let snapshot = Arc::new(TableSnapshot {
             version,
             schema,
@@ -345,9 +369,18 @@ impl Table {
             && Arc::ptr_eq(&state.schema, &snapshot.schema)
         {
             if frozen.is_none() {
-                // Nothing was written meanwhile: the snapshot replaces the chunks it covers, so
-                // the next snapshot only merges what arrives after it.
-                state.live = snapshot.batches.clone();
+                // Nothing was written meanwhile: the snapshot's rows replace the chunks they
+                // cover, so the next snapshot only sorts what arrives after it.
+                match buffered {
+                    Ok(runs) => {
+                        state.runs = runs;
+                        state.live.clear();
+                    }
+                    Err(rows) => {
+                        state.runs.clear();
+                        state.live = vec![rows];
+                    }
+                }
             }
             state.snapshot = Some(snapshot.clone());
         }
@@ -360,10 +393,12 @@ impl Table {
     pub(crate) fn freeze(self: &Arc<Self>) -> Option<FrozenRows> {
         let mut state = self.state.write();
         assert!(state.frozen.is_none(), "one persist at a time");
-        if state.live.is_empty() {
+        if state.live.is_empty() && state.runs.is_empty() {
             return None;
         }
-        let chunks = Arc::new(std::mem::take(&mut state.live));
+        let runs = std::mem::take(&mut state.runs).into_iter().map(|run| run.rows);
+        let live = std::mem::take(&mut state.live);
+        let chunks = Arc::new(runs.chain(live).collect::<Vec<_>>());
         let bytes = std::mem::take(&mut state.live_bytes);
         state.frozen = Some((chunks.clone(), bytes));
         // The cached snapshot still shows exactly these rows; a snapshot being computed now
@@ -436,6 +471,7 @@ impl Table {
     pub(crate) fn discard(&self) -> usize {
         let mut state = self.state.write();
         state.dropped = true;
+        state.runs.clear();
         state.live.clear();
         state.version = next_version();
         state.generation += 1;
@@ -460,6 +496,7 @@ impl Table {
         }
         if let Some((chunks, bytes)) = state.frozen.take() {
             let mut live = chunks.as_ref().clone();
+            live.extend(std::mem::take(&mut state.runs).into_iter().map(|run| run.rows));
             live.append(&mut state.live);
             state.live = live;
             state.live_bytes += bytes;
