@@ -126,7 +126,11 @@ fn merge_all(
     runs: Vec<Run>,
     newest: RecordBatch,
 ) -> Result<Result<Vec<Run>, RecordBatch>, StorageError> {
-    let chunks = runs.into_iter().map(|run| run.rows).chain([newest]).collect();
+    let chunks = runs
+        .into_iter()
+        .map(|run| run.rows)
+        .chain([newest])
+        .collect();
     Ok(match Run::merged(schema, chunks)? {
         Merged::Run(run) => Ok(vec![run]),
         Merged::Rows(rows) => Err(rows),
@@ -238,7 +242,9 @@ mod tests {
 
     #[test]
     fn new_points_become_a_run_of_their_own_and_older_rows_are_not_sorted_again() {
-        let old: Vec<Row> = (0..40).map(|t| (Some(["a", "b"][t % 2]), t as i64, None)).collect();
+        let old: Vec<Row> = (0..40)
+            .map(|t| (Some(["a", "b"][t % 2]), t as i64, None))
+            .collect();
         let runs = write(Vec::new(), &old);
         assert_eq!(runs.len(), 1);
         let before = runs[0].rows.column(0).clone();
@@ -293,12 +299,19 @@ mod tests {
         // (half the older run's size: merged, but as two runs would be: nothing rewritten)
         assert_eq!(runs.len(), 1);
         let runs = write(runs, &[(Some("d"), 1, None)]);
-        assert_eq!(runs.len(), 2, "an overlapping time in a new series keeps the runs");
+        assert_eq!(
+            runs.len(),
+            2,
+            "an overlapping time in a new series keeps the runs"
+        );
     }
 
-    /// One write: each row a host (or none), a time, and a value; `late` rows go back to
-    /// any earlier time, the others are newer than every earlier write.
-    fn writes() -> impl Strategy<Value = Vec<Vec<(Option<u8>, i64, Option<i8>, bool)>>> {
+    /// A written row: a host (or none), a time, a value, and whether it is late (goes back to
+    /// any earlier time; the others are newer than every earlier write).
+    type WrittenRow = (Option<u8>, i64, Option<i8>, bool);
+
+    /// Writes of a few rows each.
+    fn writes() -> impl Strategy<Value = Vec<Vec<WrittenRow>>> {
         let row = (
             prop::option::weighted(0.9, 0..4u8),
             0..6i64,

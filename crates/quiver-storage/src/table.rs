@@ -396,7 +396,9 @@ impl Table {
         if state.live.is_empty() && state.runs.is_empty() {
             return None;
         }
-        let runs = std::mem::take(&mut state.runs).into_iter().map(|run| run.rows);
+        let runs = std::mem::take(&mut state.runs)
+            .into_iter()
+            .map(|run| run.rows);
         let live = std::mem::take(&mut state.live);
         let chunks = Arc::new(runs.chain(live).collect::<Vec<_>>());
         let bytes = std::mem::take(&mut state.live_bytes);
@@ -496,7 +498,11 @@ impl Table {
         }
         if let Some((chunks, bytes)) = state.frozen.take() {
             let mut live = chunks.as_ref().clone();
-            live.extend(std::mem::take(&mut state.runs).into_iter().map(|run| run.rows));
+            live.extend(
+                std::mem::take(&mut state.runs)
+                    .into_iter()
+                    .map(|run| run.rows),
+            );
             live.append(&mut state.live);
             state.live = live;
             state.live_bytes += bytes;
