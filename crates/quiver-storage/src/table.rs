@@ -353,10 +353,18 @@ impl Table {
             }
             Err(rows) => vec![rows.clone()],
         };
+        let buffer_range = match &buffered {
+            // each run knows its own: no pass over the buffer's times
+            Ok(runs) => runs
+                .iter()
+                .filter_map(|run| run.times)
+                .reduce(|(lo1, hi1), (lo2, hi2)| (lo1.min(lo2), hi1.max(hi2))),
+            Err(_) => time_range(&batches),
+        };
         let snapshot = Arc::new(TableSnapshot {
             version,
             schema,
-            buffer_range: time_range(&batches),
+            buffer_range,
             batches,
             files,
             buffer_last_rows: std::sync::OnceLock::new(),
