@@ -795,6 +795,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_group_whose_values_are_all_null_aggregates_to_null() {
+        // long runs of `a` and `b` (states per run), then a minute of `b` whose `v` and `i`
+        // are all null: its average, sum, minimum and maximum are NULL, not NaN or 0
+        let base = batch(&[Some("a"), Some("b")], &sorted_keys(&[(0, 30), (1, 30)]));
+        let v: Float64Array = (0..60).map(|r| (r < 55).then_some(r as f64)).collect();
+        let i: Int64Array = (0..60).map(|r| (r < 55).then_some(r)).collect();
+        // the last five an hour after the rest: a minute of their own
+        let time = arrow::array::TimestampNanosecondArray::from_iter_values(
+            (0..60i64).map(|r| (r + if r < 55 { 0 } else { 3600 }) * 1_000_000_000),
+        )
+        .with_timezone("UTC");
+        let mut columns = base.columns().to_vec();
+        columns[1] = Arc::new(v);
+        columns[2] = Arc::new(i);
+        columns[3] = Arc::new(time);
+        let whole = RecordBatch::try_new(schema(), columns).unwrap();
+        for data in [
+            vec![vec![whole.clone()]],
+            vec![vec![whole.slice(0, 40)], vec![whole.slice(40, 20)]],
+        ] {
+            for sql in [
+                "SELECT date_bin(INTERVAL '1 minute', time) AS m, count(*), avg(v), sum(v), \
+                 min(i), max(i), sum(i), count(v) FROM t GROUP BY m",
+                "SELECT tag, date_bin(INTERVAL '1 minute', time) AS m, avg(v), sum(v), max(i) \
+                 FROM t GROUP BY tag, m",
+            ] {
+                let (expected, _) = run(&context(false, data.clone()), sql).await;
+                let (actual, used) = run(&context(true, data.clone()), sql).await;
+                assert!(used, "{sql}: the operator was not used");
+                assert_eq!(actual, expected, "{sql}");
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn leaves_what_it_cannot_do_to_the_plain_aggregate() {
         let ctx = context(true, partitions());
         for sql in [

@@ -70,7 +70,7 @@ impl RunAggregate {
     }
 
     /// Merges the state of `values` over each of `runs` into `accumulator` (a run without a
-    /// value counts zero and adds nothing else, as its rows would).
+    /// value counts zero and its other states are null, as its rows would leave them).
     pub(crate) fn merge_runs(
         self,
         accumulator: &mut dyn GroupsAccumulator,
@@ -107,7 +107,9 @@ impl RunAggregate {
                 let (states, groups) = fold_runs(values, runs, |run| {
                     (run.len() as u64, run.iter().fold(0.0, |s, v| s + v))
                 });
-                let (counts, sums): (Vec<u64>, Vec<f64>) = states.into_iter().unzip();
+                // a run without a value: both null, as DataFusion's own state of such a group
+                let (counts, sums): (Vec<Option<u64>>, Vec<Option<f64>>) =
+                    states.into_iter().map(|state| state.unzip()).unzip();
                 let states: Vec<ArrayRef> = vec![
                     Arc::new(UInt64Array::from(counts)),
                     Arc::new(Float64Array::from(sums)),
@@ -142,13 +144,15 @@ fn valid_rows(nulls: Option<&NullBuffer>, run: &Run) -> usize {
     }
 }
 
-/// `fold` over the valid values of each run that has any (never an empty slice), with the
-/// run's group.
+/// `fold` over the valid values of each run (never an empty slice; `None` for a run without
+/// one), with the run's group. Every run gets a state, null or not: an accumulator that is
+/// given states without nulls takes every group it has been told of as seen (DataFusion's
+/// `NullState` assumes so), which a group whose only rows are null is not.
 fn fold_runs<T, S>(
     values: &arrow::array::PrimitiveArray<T>,
     runs: &[Run],
     fold: impl Fn(&[T::Native]) -> S,
-) -> (Vec<S>, Vec<usize>)
+) -> (Vec<Option<S>>, Vec<usize>)
 where
     T: arrow::datatypes::ArrowPrimitiveType,
 {
@@ -158,7 +162,7 @@ where
     let mut valid = Vec::new();
     for run in runs {
         let state = match values.nulls() {
-            None => fold(&raw[run.start..run.end]),
+            None => Some(fold(&raw[run.start..run.end])),
             Some(nulls) => {
                 valid.clear();
                 valid.extend(
@@ -166,10 +170,7 @@ where
                         .filter(|&i| nulls.is_valid(i))
                         .map(|i| raw[i]),
                 );
-                if valid.is_empty() {
-                    continue;
-                }
-                fold(&valid)
+                (!valid.is_empty()).then(|| fold(&valid))
             }
         };
         states.push(state);
