@@ -8,6 +8,7 @@ servers, so every query runs the engine.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -249,4 +250,87 @@ def test_the_readme_serve_command_groups_by_time_bins_and_narrows_scans(
     answers()
     assert server.stop() == 0, server.log()
     server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    answers()
+
+
+def uncached(url: str, sql: str) -> list[dict[str, Any]]:
+    """`sql`'s rows, computed by the engine: the result cache is asked not to answer."""
+    response = requests.get(f"{url}/api/v3/query_sql",
+                            params={"db": DB, "q": sql, "format": "json"},
+                            headers={"Cache-Control": "no-cache"}, timeout=60)
+    assert response.status_code == 200, f"{sql}: {response.text[:2000]}"
+    return response.json()
+
+
+def uncached_rows(url: str, sql: str) -> list[str]:
+    """`uncached`, sorted for comparing."""
+    return sorted_rows(uncached(url, sql))
+
+
+def physical_plan_hits(url: str) -> float:
+    """Queries run from a kept physical plan so far (`/metrics`, a loopback client)."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    match = re.search(r"^quiver_plan_cache_physical_hits_total (\S+)$", text, re.MULTILINE)
+    assert match, text[:2000]
+    return float(match.group(1))
+
+
+KEPT = NARROWED + ["SELECT count(*) AS n, sum(load) AS l, max(usage) AS u FROM cpu"]
+
+
+def test_the_readme_serve_command_reuses_plans_until_a_write_and_sees_every_write(
+        spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """The README's command (./quiver-data, default ports, caches on, queries asked not to
+    use the result cache): a statement asked again with nothing written between runs its kept
+    physical plan (counted in `/metrics`) with the same answer; the first query after each of
+    60 small writes (new points, late points, rewrites of a point's one field, a new series)
+    sees it, as the plain shapes do, although the buffer it reads is now many sorted runs;
+    and so after a persist and a restart."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    url = server.http_url
+    points: dict[tuple[str, int], int] = {}  # (host, time) -> load
+    lines = []
+    for h in range(20):
+        for t in range(300):
+            points[(f"h{h}", t)] = t % 13
+            lines.append(f"cpu,host=h{h},region=r{h % 3} usage={(h * 7 + t) % 97},"
+                         f"load={t % 13}i {t * 10 * SECOND}\n")
+    write_ok(url, DB, "".join(lines))
+
+    def answers() -> None:
+        for sql in KEPT:
+            assert uncached_rows(url, sql) == uncached_rows(url, unnarrowed(sql)), sql
+
+    answers()
+    hits = physical_plan_hits(url)
+    first = {sql: uncached_rows(url, sql) for sql in KEPT}
+    again = {sql: uncached_rows(url, sql) for sql in KEPT}
+    assert again == first
+    assert physical_plan_hits(url) >= hits + len(KEPT), "nothing changed: kept plans ran"
+
+    for step in range(60):
+        host = f"h{step % 20}"
+        region = f"r{step % 20 % 3}"
+        if step % 4 == 1:  # late: an older point the buffer did not hold
+            t = 300 + step
+        elif step % 4 == 2:  # a rewrite of an existing point's load only
+            t = step * 3
+        else:  # newer than everything
+            t = 400 + step
+        if step == 30:
+            host, region = "h99", "r9"  # a series none of the runs holds
+        load = 100 + step
+        write_ok(url, DB, f"cpu,host={host},region={region} load={load}i {t * 10 * SECOND}\n")
+        points[(host, t)] = load
+        [row] = uncached(url, KEPT[-1])
+        assert (row["n"], row["l"]) == (len(points), sum(points.values())), (step, row)
+        if step % 6 == 5:
+            answers()
+    requests.post(f"{url}/api/v3/persist", timeout=60).raise_for_status()
+    answers()
+    assert server.stop() == 0, server.log()
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    url = server.http_url
     answers()
