@@ -914,20 +914,36 @@ mod tests {
 
     /// Random batches over random dictionaries (values may repeat across dictionaries, be
     /// null, or be unused; keys may be null).
+    /// `batch` with `v` and `i` null in every row whose key is `key`.
+    fn without_values_of(batch: &RecordBatch, key: Option<i32>) -> RecordBatch {
+        let keys = batch.column(0).as_dictionary::<Int32Type>().keys();
+        let blank: arrow::array::BooleanArray = keys.iter().map(|k| Some(k == key)).collect();
+        let mut columns = batch.columns().to_vec();
+        for column in &mut columns[1..3] {
+            *column = arrow::compute::nullif(column, &blank).unwrap();
+        }
+        RecordBatch::try_new(batch.schema(), columns).unwrap()
+    }
+
     fn random_partitions() -> impl Strategy<Value = Vec<Vec<RecordBatch>>> {
         let word = prop::option::weighted(0.9, "[a-e]{0,2}");
         let dictionary = prop::collection::vec(word, 1..6);
         let one = dictionary.prop_flat_map(|dictionary| {
             let len = dictionary.len() as i32;
             let keys = prop::collection::vec(prop::option::weighted(0.9, 0..len), 0..40);
-            // half of the batches sorted, without null keys: long runs of one key
-            (keys, any::<bool>()).prop_map(move |(mut keys, sorted)| {
+            // half of the batches sorted, without null keys: long runs of one key; some with
+            // no value at all for the first row's key
+            (keys, any::<bool>(), any::<bool>()).prop_map(move |(mut keys, sorted, blank)| {
                 if sorted {
                     keys.retain(Option::is_some);
                     keys.sort();
                 }
                 let words: Vec<Option<&str>> = dictionary.iter().map(|w| w.as_deref()).collect();
-                batch(&words, &keys)
+                let made = batch(&words, &keys);
+                match keys.first() {
+                    Some(&first) if blank => without_values_of(&made, first),
+                    _ => made,
+                }
             })
         });
         prop::collection::vec(prop::collection::vec(one, 0..4), 1..3)
