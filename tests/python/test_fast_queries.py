@@ -125,6 +125,9 @@ def plan(server: SpawnedServer, sql: str) -> str:
 
 
 def test_scans_read_decoded_columns_after_the_first(spawn_quiver: Spawn, tmp_path: Path) -> None:
+    """A file's columns are kept decoded as it is written (by a persist or a compaction), so
+    its first scan reads memory; after a restart (nothing decoded), the first scan reads the
+    file and has its columns decoded for the next."""
     server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path)
     load(server)
     # a compaction leaves files that overlap nothing, which the decoded path serves
@@ -133,9 +136,14 @@ def test_scans_read_decoded_columns_after_the_first(spawn_quiver: Spawn, tmp_pat
     queries = ["SELECT host, avg(usage) AS a, count(*) AS n FROM cpu GROUP BY host",
                "SELECT * FROM cpu WHERE host = 'h3' AND usage > 10",
                "SELECT count(*) AS n FROM cpu WHERE load IS NULL"]
+    assert not any("file_groups" in plan(server, sql) for sql in queries)
+    written = [sorted_rows(query_json(server.http_url, DB, sql)) for sql in queries]
+    assert server.stop() == 0, server.log()
+    server = spawn_quiver("--data-dir", "data", "--cache-enabled", "false", cwd=tmp_path)
     # nothing decoded yet: the first scan reads the file (and has it decoded)
     assert "file_groups" in plan(server, queries[0])
     first = [sorted_rows(query_json(server.http_url, DB, sql)) for sql in queries]
+    assert first == written
     wait_until(lambda: not any("file_groups" in plan(server, sql) for sql in queries), 20,
                "scans reading decoded columns instead of the files")
     before = storage_stats(server.http_url)["chunk_cache"]

@@ -130,6 +130,31 @@ pub fn decode_columns(
     Ok(())
 }
 
+/// Keeps the columns of a file just written from `rows` (its rows, as written) as its decoded
+/// columns, with where each series begins: the newest data, about to be queried, is read
+/// from memory at once instead of after a first scan of the file had it decoded. Nothing if
+/// the cache is off or the file would take more than a quarter of it (as a first scan would
+/// leave it).
+pub(crate) fn keep_written_columns(file: &ParquetFile, rows: &RecordBatch, cache: &ChunkCache) {
+    if !cache.enabled() || file.entry.memory_bytes() > cache.capacity_bytes() / 4 {
+        return;
+    }
+    let path = &file.entry.path;
+    let schema = rows.schema();
+    for (field, column) in schema.fields().iter().zip(rows.columns()) {
+        cache.keep_column(path, field.name(), column.clone());
+    }
+    if let Ok((keys, _)) = series_key_and_fields(&schema) {
+        let tags: Vec<&ArrayRef> = keys[..keys.len() - 1]
+            .iter()
+            .map(|&i| rows.column(i))
+            .collect();
+        if let Ok(starts) = series_starts(&tags, rows.num_rows()) {
+            cache.keep_series_starts(path, starts.into());
+        }
+    }
+}
+
 /// Column `name` of every one of `batches`, concatenated.
 fn whole_column(batches: &[RecordBatch], name: &str) -> Result<ArrayRef, StorageError> {
     let parts: Vec<&dyn arrow::array::Array> = batches
@@ -290,5 +315,40 @@ mod tests {
             starts.iter().all(|&s| s == 0 || s % 100 == 0 || s == 130),
             "a series is split only where a row group's dictionary begins: {starts:?}"
         );
+    }
+
+    #[test]
+    fn a_written_files_columns_are_kept_as_decoding_it_would_keep_them() {
+        use crate::test_rows::{batch, rows, Row};
+        let sorted: Vec<Row> = (0..250)
+            .map(|i| {
+                (
+                    Some(["a", "b", "c"][i / 100]),
+                    i as i64 % 100,
+                    Some(i as f64),
+                )
+            })
+            .collect();
+        let sorted = batch(&sorted);
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = written(dir.path(), &sorted);
+        file.entry.arrow_bytes = crate::memory::data_bytes(&sorted) as u64;
+        let fields: Vec<FieldRef> = sorted.schema().fields().iter().cloned().collect();
+        let (kept, decoded) = (ChunkCache::new(1 << 20), ChunkCache::new(1 << 20));
+        keep_written_columns(&file, &sorted, &kept);
+        decode_columns(&file, &fields, &decoded).unwrap();
+        let path = &file.entry.path;
+        let columns = |cache: &ChunkCache| {
+            let columns = cached_columns(&file, &fields, cache).expect("every column kept");
+            rows(&RecordBatch::try_new(sorted.schema(), columns).unwrap())
+        };
+        assert_eq!(columns(&kept), columns(&decoded));
+        assert_eq!(columns(&kept), rows(&sorted));
+        assert_eq!(kept.series_starts(path).unwrap()[..], [0, 100, 200]);
+        // a file over a quarter of the cache is left to be read (as a first scan leaves it)
+        let small = ChunkCache::new(file.entry.arrow_bytes * 3);
+        keep_written_columns(&file, &sorted, &small);
+        assert!(cached_columns(&file, &fields, &small).is_none());
+        assert!(small.series_starts(path).is_none());
     }
 }

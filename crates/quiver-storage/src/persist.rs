@@ -23,6 +23,7 @@ use quiver_model::schema::TIME_COLUMN;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
+use crate::chunk_cache::ChunkCache;
 use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
 use crate::table::{merge_chunks, rows_by_time, time_range, FrozenRows, ParquetFile};
@@ -143,7 +144,7 @@ pub(crate) fn write_table_files(
     data_dir: &Path,
     table_dir: &str,
     frozen: &FrozenRows,
-    options: &PersistOptions,
+    (options, chunk_cache): (&PersistOptions, &ChunkCache),
     next_file_id: &AtomicU64,
     threads: usize,
 ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
@@ -158,7 +159,7 @@ pub(crate) fn write_table_files(
             id: next_file_id.fetch_add(1, Ordering::Relaxed),
             generation: 0,
         };
-        write_file(data_dir, &file, rows, options).map(|written| [written])
+        write_file(data_dir, &file, rows, (options, chunk_cache)).map(|written| [written])
     });
     Ok(all_or_none(written)?.into_iter().flatten().collect())
 }
@@ -231,12 +232,15 @@ pub(crate) struct NewFile<'a> {
 }
 
 /// Writes `rows` (sorted by series then time, deduplicated, all in one partition) as the file
-/// `file` describes, durably (file and directory fsynced), and returns it.
+/// `file` describes, durably (file and directory fsynced), and returns it; its columns are
+/// kept in `chunk_cache` as the file's decoded columns ([`crate::decoded`]). (If the file is
+/// then deleted because another write failed, those entries are never asked for: file ids
+/// are not reused.)
 pub(crate) fn write_file(
     data_dir: &Path,
     file: &NewFile<'_>,
     rows: &RecordBatch,
-    options: &PersistOptions,
+    (options, chunk_cache): (&PersistOptions, &ChunkCache),
 ) -> Result<Arc<ParquetFile>, StorageError> {
     let relative = format!(
         "{TABLES_DIR}/{}/{}/{:016}.parquet",
@@ -248,7 +252,7 @@ pub(crate) fn write_file(
     let bytes = write_parquet(&path, rows, options)?;
     let (min_time_ns, max_time_ns) =
         time_range(std::slice::from_ref(rows)).expect("a written file has rows");
-    Ok(Arc::new(ParquetFile {
+    let written = Arc::new(ParquetFile {
         entry: FileEntry {
             id: file.id,
             path: relative,
@@ -261,7 +265,9 @@ pub(crate) fn write_file(
             arrow_bytes: crate::memory::data_bytes(rows) as u64,
         },
         path,
-    }))
+    });
+    crate::decoded::keep_written_columns(&written, rows, chunk_cache);
+    Ok(written)
 }
 
 /// Splits sorted rows by time partition, keeping their order within each partition.

@@ -322,7 +322,7 @@ impl Persister {
                 &self.data_dir,
                 &file,
                 rows,
-                &self.options,
+                (&self.options, &self.chunk_cache),
             )?);
             Ok(())
         };
@@ -746,7 +746,7 @@ impl Persister {
                 &self.data_dir,
                 &table_dirs[i],
                 &frozen[i].1,
-                &self.options,
+                (&self.options, &self.chunk_cache),
                 &next_file_id,
                 per_table,
             )
