@@ -16,7 +16,13 @@ use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 /// A server on a free port over a store in `dir` holding `lines` in database `m`, persisted;
 /// a connected client.
 async fn start(dir: &std::path::Path, lines: &str) -> tokio_postgres::Client {
-    let (store, _) = Store::open(StoreLimits::default(), StoreOptions::for_tests(dir)).unwrap();
+    // no columns kept decoded: reads of persisted files go to the files, whose damage the
+    // tests look for
+    let options = StoreOptions {
+        chunk_cache_bytes: 0,
+        ..StoreOptions::for_tests(dir)
+    };
+    let (store, _) = Store::open(StoreLimits::default(), options).unwrap();
     let options = DecodeOptions::for_tests();
     let decoded = decode_line_protocol(lines.as_bytes(), &options, &NoExistingTables);
     store

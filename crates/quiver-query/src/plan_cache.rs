@@ -31,8 +31,8 @@
 //! - every file was read from decoded columns (a plan reading Parquet has the columns decoded
 //!   for the next plan, which will be faster) and the chunk cache has evicted nothing since
 //!   (the plan holds the columns it read, which would otherwise outlive their eviction);
-//! - the table's database keeps rows forever (a retention period makes the rows a scan may see
-//!   depend on the clock);
+//! - the table's database keeps rows forever, then and now (a retention period makes the rows
+//!   a scan may see depend on the clock, and setting one changes them without a write);
 //! - no operator of the plan consumes a dynamic filter made by another operator (a
 //!   `TopK`'s filter pushed into a scan), which resetting the operators' state cannot renew.
 //!
@@ -379,9 +379,11 @@ impl PhysicalPlans {
             let kept = plans.get(&slot.key)?;
             (kept.table.clone(), kept.snapshot.clone(), kept.evictions)
         };
-        // (a weak reference keeps its snapshot's address from being reused while it exists)
+        // (a weak reference keeps its snapshot's address from being reused while it exists;
+        // a retention period set since changes which rows a scan may see, not the snapshot)
         let fresh = slot.tables.iter().all(|(t, _)| Arc::ptr_eq(t, &table))
             && evictions == self.chunk_cache.evictions()
+            && table.retention_cutoff_ns(i64::MAX).is_none()
             && table
                 .snapshot()
                 .is_ok_and(|current| std::ptr::eq(Arc::as_ptr(&current), read.as_ptr()));
