@@ -34,11 +34,15 @@
 //! - the table's database keeps rows forever, then and now (a retention period makes the rows
 //!   a scan may see depend on the clock, and setting one changes them without a write);
 //! - no operator of the plan consumes a dynamic filter made by another operator (a
-//!   `TopK`'s filter pushed into a scan), which resetting the operators' state cannot renew.
+//!   `TopK`'s filter pushed into a scan), which resetting the operators' state cannot renew
+//!   (an aggregate's reset copy even shares its filter with the plan it was copied from), and
+//!   it runs no recursive query.
 //!
 //! A kept physical plan holds the rows its scans read, so kept plans are few
-//! ([`MAX_PHYSICAL_PLANS`]), dropped as soon as their table is written to (a
-//! [`TableChangeListener`]), and dropped after [`PHYSICAL_IDLE`] unused.
+//! ([`MAX_PHYSICAL_PLANS`]), dropped as soon as their table is written to or its rows move
+//! (a persist, a compaction: a [`TableChangeListener`]), and dropped after [`PHYSICAL_IDLE`]
+//! unused (checked whenever a plan is looked up or kept). What is left: plans holding
+//! columns the chunk cache evicted since, until their next lookup or that idle time.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -246,6 +250,7 @@ impl PlanCache {
         };
         if !slot.tables.iter().all(|(t, _)| Arc::ptr_eq(t, &table))
             || consumes_dynamic_filters(plan).unwrap_or(true)
+            || recurses(plan)
         {
             return;
         }
@@ -254,12 +259,18 @@ impl PlanCache {
             KeptPhysical {
                 plan: plan.clone(),
                 output: output.clone(),
-                table,
+                table: table.clone(),
                 snapshot: Arc::downgrade(&snapshot),
                 evictions: self.physical.chunk_cache.evictions(),
                 used: Instant::now(),
             },
         );
+        // a write applied while the plan was made found nothing to drop: it goes now
+        if table.version() != snapshot.version {
+            self.physical.drop_if(|key, kept| {
+                key == &slot.key && Weak::ptr_eq(&kept.snapshot, &Arc::downgrade(&snapshot))
+            });
+        }
     }
 }
 
@@ -338,6 +349,21 @@ fn consumes_dynamic_filters(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     Ok(consumes)
 }
 
+/// True if `plan` holds a recursive query, which DataFusion does not promise to run again
+/// after a reset.
+fn recurses(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut recursive = false;
+    let _ = plan.apply(|node| {
+        recursive |= matches!(node.name(), "RecursiveQueryExec" | "WorkTableExec");
+        Ok(if recursive {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    recursive
+}
+
 /// A physical plan kept with the rows it was made over.
 struct KeptPhysical {
     plan: Arc<dyn ExecutionPlan>,
@@ -387,44 +413,71 @@ impl PhysicalPlans {
             && table
                 .snapshot()
                 .is_ok_and(|current| std::ptr::eq(Arc::as_ptr(&current), read.as_ptr()));
+        if !fresh {
+            // (unless another query's plan replaced it meanwhile: that one is not judged here)
+            self.drop_if(|key, kept| key == &slot.key && Weak::ptr_eq(&kept.snapshot, &read));
+            return None;
+        }
+        // (idle plans go: the only sweep a server that keeps no new plans gets)
+        self.drop_if(|_, _| false);
         let mut plans = self.plans.lock();
-        // (replaced meanwhile by another query's plan: that one is not judged here)
         let kept = plans
             .get_mut(&slot.key)
             .filter(|kept| Weak::ptr_eq(&kept.snapshot, &read))?;
-        if !fresh {
-            plans.remove(&slot.key);
-            return None;
-        }
         kept.used = Instant::now();
         Some((kept.plan.clone(), kept.output.clone()))
+    }
+
+    /// Drops the plans `stale` says are, and those unused for [`PHYSICAL_IDLE`]. They are let
+    /// go of after the lock (the last holder of a snapshot's rows frees them).
+    fn drop_if(&self, stale: impl Fn(&PlanKey, &KeptPhysical) -> bool) {
+        let now = Instant::now();
+        let dropped: Vec<KeptPhysical> = {
+            let mut plans = self.plans.lock();
+            plans
+                .extract_if(|key, kept| {
+                    stale(key, kept) || now.duration_since(kept.used) >= PHYSICAL_IDLE
+                })
+                .map(|(_, kept)| kept)
+                .collect()
+        };
+        drop(dropped);
     }
 
     /// Keeps `kept` for `key`, first dropping plans unused for [`PHYSICAL_IDLE`] and, if
     /// there are still [`MAX_PHYSICAL_PLANS`], the least recently used.
     fn insert(&self, key: PlanKey, kept: KeptPhysical) {
+        self.drop_if(|_, _| false);
         let mut plans = self.plans.lock();
-        let now = Instant::now();
-        plans.retain(|_, p| now.duration_since(p.used) < PHYSICAL_IDLE);
+        let mut dropped = Vec::new();
         if plans.len() >= MAX_PHYSICAL_PLANS && !plans.contains_key(&key) {
             let oldest = plans
                 .iter()
                 .min_by_key(|(_, p)| p.used)
                 .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                plans.remove(&oldest);
-            }
+            dropped.extend(oldest.and_then(|oldest| plans.remove(&oldest)));
         }
-        plans.insert(key, kept);
+        dropped.extend(plans.insert(key, kept));
+        drop(plans);
+        drop(dropped);
+    }
+
+    /// Drops every plan reading `table` (and the idle ones).
+    fn drop_table(&self, table: &Table) {
+        self.drop_if(|_, kept| std::ptr::eq(Arc::as_ptr(&kept.table), table));
     }
 }
 
+/// A kept plan holds the rows it read: it goes as soon as its table's rows change, or move
+/// (a persist or a compaction replaced its snapshot), so that it keeps nothing alive that the
+/// table let go of.
 impl TableChangeListener for PhysicalPlans {
     fn table_changed(&self, table: &Table) {
-        let mut plans = self.plans.lock();
-        if !plans.is_empty() {
-            plans.retain(|_, p| !std::ptr::eq(Arc::as_ptr(&p.table), table));
-        }
+        self.drop_table(table);
+    }
+
+    fn rows_moved(&self, table: &Table) {
+        self.drop_table(table);
     }
 }
 

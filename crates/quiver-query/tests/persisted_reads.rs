@@ -426,8 +426,10 @@ async fn physical_plans_are_kept_only_while_their_rows_are_the_tables() {
     assert_eq!(rows(&queries, count).await.unwrap(), ["count(*)=3"]);
     assert_eq!(physical(&queries), (1, 1));
 
-    // persisted: the file's columns are kept decoded as it is written, a plan at once
+    // persisted: the plan (holding the buffer's rows) goes with the persist; the file's
+    // columns are kept decoded as it is written, so the next plan is kept at once
     store.persist_now().unwrap();
+    assert_eq!(physical(&queries).0, 0, "a persist drops its table's plans");
     assert_eq!(rows(&queries, count).await.unwrap(), ["count(*)=3"]);
     assert_eq!(rows(&queries, count).await.unwrap(), ["count(*)=3"]);
     assert_eq!(physical(&queries), (1, 2));
@@ -457,6 +459,14 @@ async fn physical_plans_are_kept_only_while_their_rows_are_the_tables() {
         "the decoded columns' plan is kept"
     );
 
+    // a recursive query is planned every time
+    let recursive = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) \
+                     SELECT count(*) AS c FROM cpu, r";
+    for _ in 0..2 {
+        assert_eq!(rows(&queries, recursive).await.unwrap(), ["c=9"]);
+    }
+    assert_eq!(physical(&queries), (1, 1), "no recursive plan kept");
+
     // a retention period hides the rows of 1970 at once: no write, the same snapshot
     let retention = quiver_storage::RetentionPeriod::parse("30d").unwrap();
     store.set_retention("db", Some(retention)).unwrap();
@@ -472,6 +482,58 @@ async fn physical_plans_are_kept_only_while_their_rows_are_the_tables() {
         (0, 1),
         "a retention period keeps no plan"
     );
+}
+
+/// A persist keeps the columns of the files it writes decoded; a compaction keeps its merged
+/// files' columns only where some input's were (a hot partition), not after a restart (the
+/// cache empty: a cold one).
+#[tokio::test]
+async fn written_files_are_kept_decoded_unless_a_cold_partition_is_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    let decoded = |store: &Store| -> Vec<bool> {
+        let catalog = store.catalog().unwrap();
+        catalog.databases["db"].tables["cpu"]
+            .files
+            .iter()
+            .map(|f| store.chunk_cache().series_starts(&f.path).is_some())
+            .collect()
+    };
+    let (store, _) = open();
+    for round in 0..3 {
+        let lines: String = (0..200)
+            .map(|i| format!("cpu,host=h{} usage={} {}\n", i % 4, round * 1000 + i, i * 1000))
+            .collect();
+        write(&store, &lines).await;
+        store.persist_now().unwrap();
+    }
+    assert_eq!(decoded(&store), [true; 3]);
+    let merged = store.compact_now(CompactionScope::default()).unwrap();
+    assert!(merged.compactions > 0, "{merged:?}");
+    assert!(decoded(&store).iter().all(|&d| d), "hot: {:?}", decoded(&store));
+    store.close();
+    drop(store);
+
+    let (store, _) = open();
+    for round in 3..6 {
+        let lines: String = (0..200)
+            .map(|i| format!("cpu,host=h{} usage={} {}\n", i % 4, round * 1000 + i, i * 1000))
+            .collect();
+        write(&store, &lines).await;
+        store.persist_now().unwrap();
+    }
+    // the files of before the restart are cold: forget the new ones' columns too
+    let catalog = store.catalog().unwrap();
+    let paths: Vec<String> = catalog.databases["db"].tables["cpu"]
+        .files
+        .iter()
+        .map(|f| f.path.clone())
+        .collect();
+    store.chunk_cache().forget_files(paths.iter().map(String::as_str));
+    let merged = store.compact_now(CompactionScope::default()).unwrap();
+    assert!(merged.compactions > 0, "{merged:?}");
+    assert!(decoded(&store).iter().all(|&d| !d), "cold: {:?}", decoded(&store));
+    store.close();
 }
 
 /// Only plans that made a physical plan, of statements of bounded length, are kept.

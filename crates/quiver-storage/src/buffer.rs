@@ -65,6 +65,11 @@ pub trait TableChangeListener: Send + Sync {
     /// [`Table::version`] already moved on) and before the write or drop is acknowledged, on the thread applying writes: must be quick and must
     /// not write to the store.
     fn table_changed(&self, table: &Table);
+
+    /// Called after `table`'s rows moved without changing what a query sees (a persist
+    /// turned buffered rows into files, a compaction replaced files, a failed persist put
+    /// rows back in the buffer): its snapshot was replaced. Must be quick.
+    fn rows_moved(&self, _table: &Table) {}
 }
 
 #[derive(Default)]
@@ -136,6 +141,17 @@ impl Buffer {
         for table in tables {
             for listener in listeners.iter() {
                 listener.table_changed(table);
+            }
+        }
+    }
+
+    /// Tells the change listeners that `tables`' rows moved (see
+    /// [`TableChangeListener::rows_moved`]).
+    pub(crate) fn notify_rows_moved<'a>(&self, tables: impl Iterator<Item = &'a Arc<Table>>) {
+        let listeners = self.listeners.read();
+        for table in tables {
+            for listener in listeners.iter() {
+                listener.rows_moved(table);
             }
         }
     }

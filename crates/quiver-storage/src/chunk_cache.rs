@@ -226,6 +226,16 @@ impl ChunkCache {
         }
     }
 
+    /// True if `file`'s columns are kept decoded (its series starts are: decoding keeps them
+    /// with the columns); not counted as a lookup.
+    pub(crate) fn holds_decoded(&self, file: &str) -> bool {
+        self.enabled()
+            && self.entries.contains_key(&ChunkKey {
+                file: Arc::from(file),
+                part: Part::SeriesStarts,
+            })
+    }
+
     /// Keeps where each run of one series begins among `file`'s rows.
     pub(crate) fn keep_series_starts(&self, file: &str, starts: Arc<[usize]>) {
         self.keep(file, Part::SeriesStarts, Cached::SeriesStarts(starts));

@@ -159,7 +159,7 @@ pub(crate) fn write_table_files(
             id: next_file_id.fetch_add(1, Ordering::Relaxed),
             generation: 0,
         };
-        write_file(data_dir, &file, rows, (options, chunk_cache)).map(|written| [written])
+        write_file(data_dir, &file, rows, (options, Some(chunk_cache))).map(|written| [written])
     });
     Ok(all_or_none(written)?.into_iter().flatten().collect())
 }
@@ -233,14 +233,14 @@ pub(crate) struct NewFile<'a> {
 
 /// Writes `rows` (sorted by series then time, deduplicated, all in one partition) as the file
 /// `file` describes, durably (file and directory fsynced), and returns it; its columns are
-/// kept in `chunk_cache` as the file's decoded columns ([`crate::decoded`]). (If the file is
-/// then deleted because another write failed, those entries are never asked for: file ids
-/// are not reused.)
+/// kept in `chunk_cache`, if given, as the file's decoded columns ([`crate::decoded`]). (If
+/// the file is then deleted because another write failed, those entries are never asked for:
+/// file ids are not reused.)
 pub(crate) fn write_file(
     data_dir: &Path,
     file: &NewFile<'_>,
     rows: &RecordBatch,
-    (options, chunk_cache): (&PersistOptions, &ChunkCache),
+    (options, chunk_cache): (&PersistOptions, Option<&ChunkCache>),
 ) -> Result<Arc<ParquetFile>, StorageError> {
     let relative = format!(
         "{TABLES_DIR}/{}/{}/{:016}.parquet",
@@ -266,7 +266,9 @@ pub(crate) fn write_file(
         },
         path,
     });
-    crate::decoded::keep_written_columns(&written, rows, chunk_cache);
+    if let Some(chunk_cache) = chunk_cache {
+        crate::decoded::keep_written_columns(&written, rows, chunk_cache);
+    }
     Ok(written)
 }
 

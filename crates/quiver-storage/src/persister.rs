@@ -310,6 +310,13 @@ impl Persister {
         let cuts = compaction::time_cuts(&sorted, compaction::target_rows(merge, options))?;
         let first_id = self.reserve_file_ids(cuts.len().max(1) as u64)?;
         let table_dir = format!("{}/{}", merge.database, merge.table_id);
+        // the merged files' columns are kept decoded if some input's were (a hot partition),
+        // not for a cold one, whose columns would only push hot ones out
+        let hot = merge
+            .inputs
+            .iter()
+            .any(|input| self.chunk_cache.holds_decoded(&input.path));
+        let chunk_cache = hot.then_some(self.chunk_cache.as_ref());
         let mut written: Vec<Arc<ParquetFile>> = Vec::with_capacity(cuts.len().max(1));
         let mut write = |k: usize, rows: &arrow::array::RecordBatch| -> Result<(), StorageError> {
             let file = NewFile {
@@ -322,7 +329,7 @@ impl Persister {
                 &self.data_dir,
                 &file,
                 rows,
-                (&self.options, &self.chunk_cache),
+                (&self.options, chunk_cache),
             )?);
             Ok(())
         };
@@ -417,7 +424,9 @@ impl Persister {
         entry.files = compaction::splice_merged(&entry.files, |f| f.id, &replaced, &entries).0;
         catalog::store(&self.data_dir, &state)?;
         *self.catalog.lock() = state;
-        Ok(Some(table.replace_files(&replaced, merged)))
+        let replaced = table.replace_files(&replaced, merged);
+        self.buffer.notify_rows_moved(std::iter::once(&table));
+        Ok(Some(replaced))
     }
 
     /// Waits while the buffer holds `max_buffer_bytes` or more; fails at once if the last
@@ -480,6 +489,8 @@ impl Persister {
                     .iter()
                     .map(|(_, rows)| rows.table.abort_persist())
                     .sum();
+                self.buffer
+                    .notify_rows_moved(frozen.iter().map(|(_, rows)| &rows.table));
                 self.buffer.release(freed);
                 self.buffer
                     .gate
@@ -668,6 +679,7 @@ impl Persister {
             summary.bytes += files.iter().map(|f| f.entry.bytes).sum::<u64>();
             summary.buffer_bytes += rows.bytes;
             rows.table.complete_persist(files);
+            self.buffer.notify_rows_moved(std::iter::once(&rows.table));
         }
         *self.last_error.lock() = None;
         self.buffer.release(summary.buffer_bytes);
