@@ -37,6 +37,7 @@ use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
+use crate::time_order_limit::TimeOrderLimitRule;
 
 /// Settings of the SQL engine. The serde names are the server's configuration keys;
 /// `session_setup` is wired by the program, not configured.
@@ -450,6 +451,7 @@ impl QueryEngine {
             Arc::new(QuiverCatalog::new(self.store.clone(), visible.clone())),
         );
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
+        ctx.add_analyzer_rule(Arc::new(TimeOrderLimitRule));
         ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
         value_limits::cap_functions(&ctx, self.options.output_limits());
         for setup in &self.options.session_setup {

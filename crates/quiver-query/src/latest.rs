@@ -221,6 +221,17 @@ impl<'a> ScanBelow<'a> {
         }
     }
 
+    /// True if every filter reads nothing but tags and `column`, and is deterministic and
+    /// self-contained.
+    pub(crate) fn filters_read(&self, column: &str) -> bool {
+        self.filters.iter().all(|f| {
+            is_self_contained(f)
+                && f.column_refs()
+                    .iter()
+                    .all(|c| c.name == column || self.tags.contains(&c.name))
+        })
+    }
+
     /// True if every filter is on tags alone or a lower bound on `time`.
     fn filters_keep_whole_series(&self) -> bool {
         self.filters

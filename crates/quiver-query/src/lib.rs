@@ -26,6 +26,7 @@ mod run_states;
 mod series_filter;
 mod tag_filter;
 mod time_bin;
+mod time_order_limit;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
 pub use catalog::{is_system_schema, QuiverCatalog, CATALOG_NAME};

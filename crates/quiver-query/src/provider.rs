@@ -39,7 +39,7 @@ use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, Pa
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
     Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
@@ -60,7 +60,7 @@ use quiver_storage::{
 use crate::chunk_reader::CachedChunkReaderFactory;
 use crate::dedup_exec::DeduplicateExec;
 use crate::plan_cache::ScansRead;
-use crate::series_filter::{narrows, rows_in_matching_series};
+use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
 use crate::tag_filter::keep_matching_tags;
 
 /// The object store that holds a durable store's files: its data directory, registered in
@@ -96,6 +96,8 @@ pub struct QuiverTable {
     schema: SchemaRef,
     /// What every scan of the table's files reads through.
     chunk_cache: Arc<ChunkCache>,
+    /// Only this end of each series is wanted ([`crate::time_order_limit`]).
+    series_end: Option<SeriesEnd>,
 }
 
 impl QuiverTable {
@@ -106,6 +108,18 @@ impl QuiverTable {
             table,
             schema,
             chunk_cache,
+            series_end: None,
+        }
+    }
+
+    /// This provider, its scans handing on only `end` of each series where they know where
+    /// series begin and every filter they get is one they apply exactly (tag comparisons
+    /// decide whole series, `time` ranges are cut by binary search); the rest of the rows
+    /// otherwise, as a plain scan.
+    pub(crate) fn with_series_end(self, end: SeriesEnd) -> Self {
+        QuiverTable {
+            series_end: Some(end),
+            ..self
         }
     }
 }
@@ -266,6 +280,11 @@ impl QuiverTable {
             projection,
             filters,
             bounds: time_bounds(filters),
+            series_end: self.series_end.filter(|_| {
+                filters
+                    .iter()
+                    .all(|f| applied_exactly(f, &self.tag_columns()))
+            }),
         };
         let bounds = scan.bounds;
         let mut sources: Vec<(Source, (i64, i64))> = snapshot
@@ -337,6 +356,8 @@ struct Scan<'a> {
     filters: &'a [Expr],
     /// The time range `filters` allow.
     bounds: TimeBounds,
+    /// Only this end of each series is handed on, where series starts are known.
+    series_end: Option<SeriesEnd>,
 }
 
 impl Scan<'_> {
@@ -465,7 +486,7 @@ impl Scan<'_> {
     fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
         // the query's columns only, before any rows are copied out
         let mut batches = Vec::new();
-        if narrows(self.filters, self.bounds) {
+        if narrows(self.filters, self.bounds) || self.series_end.is_some() {
             let starts = self.snapshot.buffer_series_starts().map_err(external)?;
             for (batch, starts) in self.snapshot.batches.iter().zip(starts) {
                 batches.extend(self.matching(&project_by_name(batch, self.projected)?, starts)?);
@@ -481,7 +502,7 @@ impl Scan<'_> {
     /// The parts of `batch` (sorted by series then time, its runs beginning at `starts`) that
     /// the scan's tag comparisons and time bounds can keep ([`crate::series_filter`]).
     fn matching(&self, batch: &RecordBatch, starts: &[usize]) -> Result<Vec<RecordBatch>> {
-        rows_in_matching_series(batch, starts, self.filters, self.bounds)
+        rows_in_matching_series(batch, starts, (self.filters, self.bounds), self.series_end)
     }
 
     /// A scan of `batches` (already of the query's columns), sliced into batches of the
@@ -672,6 +693,19 @@ impl Scan<'_> {
 }
 
 /// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
+/// True if every row `expr` (a scan's filter) rejects is one a series-by-series scan drops
+/// too: a comparison of tags alone (a series passes it whole or not at all) or a `time`
+/// range ([`crate::series_filter`] cuts each series to it), conjunct by conjunct.
+fn applied_exactly(expr: &Expr, tags: &std::collections::HashSet<String>) -> bool {
+    split_conjunction(expr).into_iter().all(|conjunct| {
+        let reads_tags_only = conjunct
+            .column_refs()
+            .iter()
+            .all(|column| tags.contains(&column.name));
+        (reads_tags_only && !conjunct.is_volatile()) || is_time_range(conjunct)
+    })
+}
+
 fn is_time_range(expr: &Expr) -> bool {
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => time_comparison(left, *op, right)

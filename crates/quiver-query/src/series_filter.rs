@@ -29,6 +29,27 @@ use crate::tag_filter::{matching_codes, tag_comparison};
 /// that, the kept rows are copied into one batch.
 const MIN_AVERAGE_SLICE: usize = 256;
 
+/// The end of each series a scan needs, when a query wants only the newest (or oldest) `n`
+/// rows by time ([`crate::time_order_limit`]): a series' rows are in time order, so no row
+/// past its `n` newest can be among the `n` newest of all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SeriesEnd {
+    /// The newest `n` rows of each series.
+    Newest(usize),
+    /// The oldest `n` rows of each series.
+    Oldest(usize),
+}
+
+impl SeriesEnd {
+    /// The part of the rows `from..to` of one series (in time order) this end keeps.
+    fn keep(self, from: usize, to: usize) -> (usize, usize) {
+        match self {
+            SeriesEnd::Newest(n) => (to.saturating_sub(n).max(from), to),
+            SeriesEnd::Oldest(n) => (from, from.saturating_add(n).min(to)),
+        }
+    }
+}
+
 /// Whether `filters` hold anything a series-by-series scan narrows on: a tag comparison or
 /// a bound on `time`.
 pub(crate) fn narrows(filters: &[Expr], bounds: TimeBounds) -> bool {
@@ -40,14 +61,15 @@ pub(crate) fn narrows(filters: &[Expr], bounds: TimeBounds) -> bool {
 }
 
 /// The rows of `batch` (sorted by series then time, each series' run beginning at a row of
-/// `starts`) that `filters`' tag comparisons and `bounds` can keep, as zero-copy slices (or
-/// one copied batch, module docs). `batch` as is if nothing narrows it, or if `starts` does
-/// not describe it (then the filters above do all the work).
+/// `starts`) that `filters`' tag comparisons and `bounds` can keep, and of those only each
+/// series' `end_of_series` if given, as zero-copy slices (or one copied batch, module docs). `batch` as
+/// is if nothing narrows it, or if `starts` does not describe it (then the filters above do
+/// all the work).
 pub(crate) fn rows_in_matching_series(
     batch: &RecordBatch,
     starts: &[usize],
-    filters: &[Expr],
-    bounds: TimeBounds,
+    (filters, bounds): (&[Expr], TimeBounds),
+    end_of_series: Option<SeriesEnd>,
 ) -> Result<Vec<RecordBatch>> {
     let rows = batch.num_rows();
     if !describes(starts, rows) {
@@ -71,7 +93,7 @@ pub(crate) fn rows_in_matching_series(
     let times = (bounds != TimeBounds::ALL)
         .then(|| nanosecond_times(batch))
         .flatten();
-    if tags.is_empty() && times.is_none() {
+    if tags.is_empty() && times.is_none() && end_of_series.is_none() {
         return Ok(vec![batch.clone()]);
     }
     let mut kept: Vec<(usize, usize)> = Vec::new();
@@ -93,6 +115,11 @@ pub(crate) fn rows_in_matching_series(
                 )
             }
             None => (start, end),
+        };
+        // (a run that splits a series keeps its own end: a superset of the series')
+        let (from, to) = match end_of_series {
+            Some(end) => end.keep(from, to),
+            None => (from, to),
         };
         match kept.last_mut() {
             _ if from >= to => {}
@@ -222,7 +249,18 @@ mod tests {
 
     /// The `v` of the rows kept, and how many batches hold them.
     fn kept(batch: &RecordBatch, starts: &[usize], filters: &[Expr]) -> (Vec<i64>, usize) {
-        let parts = rows_in_matching_series(batch, starts, filters, time_bounds(filters)).unwrap();
+        kept_ends(batch, starts, filters, None)
+    }
+
+    /// [`kept`], of each series only `end` if given.
+    fn kept_ends(
+        batch: &RecordBatch,
+        starts: &[usize],
+        filters: &[Expr],
+        end: Option<SeriesEnd>,
+    ) -> (Vec<i64>, usize) {
+        let parts =
+            rows_in_matching_series(batch, starts, (filters, time_bounds(filters)), end).unwrap();
         let rows = parts
             .iter()
             .flat_map(|b| b.column(2).as_primitive::<Int64Type>().values().to_vec())
@@ -320,7 +358,24 @@ mod tests {
                 })
                 .map(|i| i as i64)
                 .collect();
-            prop_assert_eq!(kept(&batch, &starts, &filters).0, expected);
+            prop_assert_eq!(&kept(&batch, &starts, &filters).0, &expected);
+            // and of each series' rows that pass, only its newest or oldest few
+            for end in [SeriesEnd::Newest(3), SeriesEnd::Oldest(2), SeriesEnd::Newest(0)] {
+                let mut ended = Vec::new();
+                for (i, &start) in starts.iter().enumerate() {
+                    let stop = starts.get(i + 1).copied().unwrap_or(batch.num_rows()) as i64;
+                    let run: Vec<i64> = expected
+                        .iter()
+                        .copied()
+                        .filter(|&row| row >= start as i64 && row < stop)
+                        .collect();
+                    ended.extend(match end {
+                        SeriesEnd::Newest(n) => run[run.len().saturating_sub(n)..].to_vec(),
+                        SeriesEnd::Oldest(n) => run[..n.min(run.len())].to_vec(),
+                    });
+                }
+                prop_assert_eq!(kept_ends(&batch, &starts, &filters, Some(end)).0, ended);
+            }
         }
     }
 }

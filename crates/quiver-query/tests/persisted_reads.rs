@@ -157,13 +157,35 @@ const LAST_POINT_QUERIES: &[&str] = &[
     "SELECT host, region FROM cpu GROUP BY host, region",
 ];
 
+/// Time-ordered limits, which read only each series' newest or oldest rows
+/// (`quiver_query::time_order_limit`; the last one has a field filter, which keeps the plain
+/// scan). Ties are broken by the series, so the order is total. Each is also checked against
+/// the plain plan: the same query ordered by `time + 0 s`, which the shortcut does not take.
+const TIME_ORDER_QUERIES: &[&str] = &[
+    "SELECT * FROM cpu ORDER BY time DESC, host, region LIMIT 7",
+    "SELECT host, region, time, usage FROM cpu WHERE host IN ('h1', 'h3') \
+     AND time < '1970-01-03T00:00:00Z' ORDER BY time DESC, host, region LIMIT 4",
+    "SELECT time, host, region, count FROM cpu ORDER BY time, host, region LIMIT 3 OFFSET 2",
+    "SELECT host, time FROM cpu WHERE region IS NULL ORDER BY time DESC, host LIMIT 5",
+    "SELECT * FROM cpu WHERE usage > 50 ORDER BY time DESC, host, region LIMIT 5",
+];
+
+/// The plain plan's equivalent of a time-ordered limit.
+fn unordered_by_time(sql: &str) -> String {
+    sql.replace("ORDER BY time", "ORDER BY time + INTERVAL '0 seconds'")
+}
+
 /// The plain plan's equivalent of a last-point query.
 fn without_shortcut(sql: &str) -> String {
     sql.replace("FROM cpu", "FROM (SELECT * FROM cpu) cpu")
 }
 
 async fn compare(reference: &QueryEngine, durable: &QueryEngine, when: &str) {
-    for sql in QUERIES.iter().chain(LAST_POINT_QUERIES) {
+    for sql in QUERIES
+        .iter()
+        .chain(LAST_POINT_QUERIES)
+        .chain(TIME_ORDER_QUERIES)
+    {
         let expected = rows(reference, sql).await;
         let actual = rows(durable, sql).await;
         if actual != expected {
@@ -171,6 +193,14 @@ async fn compare(reference: &QueryEngine, durable: &QueryEngine, when: &str) {
             println!("{}", plan.unwrap().join("\n"));
         }
         assert_eq!(actual, expected, "{when}: {sql}");
+    }
+    for sql in TIME_ORDER_QUERIES {
+        let plain = unordered_by_time(sql);
+        assert_eq!(
+            rows(durable, sql).await,
+            rows(durable, &plain).await,
+            "{when}: {sql} vs the plain plan {plain}"
+        );
     }
     for sql in LAST_POINT_QUERIES {
         let plain = without_shortcut(sql);
@@ -388,7 +418,11 @@ async fn kept_physical_plans_answer_as_fresh_plans_do() {
             store.drop_table("db", "mem").unwrap();
         }
         let fresh = engine(&store);
-        for sql in QUERIES.iter().chain(LAST_POINT_QUERIES) {
+        for sql in QUERIES
+            .iter()
+            .chain(LAST_POINT_QUERIES)
+            .chain(TIME_ORDER_QUERIES)
+        {
             let expected = rows(&fresh, sql).await;
             for run in 0..2 {
                 let actual = rows(&kept, sql).await;
@@ -484,6 +518,56 @@ async fn physical_plans_are_kept_only_while_their_rows_are_the_tables() {
     );
 }
 
+/// How many batches the plan's in-memory sources hold (`partition_sizes=[a, b]`).
+fn source_batches(plan: &str) -> usize {
+    plan.split("partition_sizes=[")
+        .skip(1)
+        .filter_map(|rest| rest.split(']').next())
+        .flat_map(|sizes| sizes.split(", ").filter_map(|n| n.parse::<usize>().ok()))
+        .sum()
+}
+
+/// A time-ordered limit over the buffer or decoded files is handed each series' end only
+/// (a few rows copied into one batch, where the plain scan hands on eight batches), with the
+/// same answer; a filter on a field keeps every row.
+#[tokio::test]
+async fn time_ordered_limits_read_only_each_series_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(StoreLimits::default(), durable_options(dir.path())).unwrap();
+    let queries = engine(&store);
+    let lines: String = (0..60_000)
+        .map(|i| format!("cpu,host=h{} usage={} {}\n", i % 3, i % 97, i / 3 * 1000))
+        .collect();
+    write(&store, &lines).await;
+    let newest = "SELECT host, time, usage FROM cpu ORDER BY time DESC, host LIMIT 7";
+    let oldest = "SELECT host, time FROM cpu WHERE host <> 'h1' ORDER BY time, host LIMIT 4";
+    let by_field = "SELECT host, time FROM cpu WHERE usage > 5 ORDER BY time DESC, host LIMIT 3";
+    for when in ["buffered", "persisted"] {
+        for sql in [newest, oldest, by_field] {
+            let plain = unordered_by_time(sql);
+            let expected = rows(&queries, &plain).await.unwrap();
+            assert_eq!(
+                rows(&queries, sql).await.unwrap(),
+                expected,
+                "{when}: {sql}"
+            );
+            assert!(
+                source_batches(&plan(&queries, &plain).await) >= 8,
+                "{when}: {plain}"
+            );
+            let ends = source_batches(&plan(&queries, sql).await);
+            if sql == by_field {
+                assert!(ends >= 8, "{when}: {sql} must read every row");
+            } else {
+                assert_eq!(ends, 1, "{when}: {sql}");
+            }
+        }
+        // the persisted file's columns are kept decoded as it is written
+        store.persist_now().unwrap();
+    }
+    store.close();
+}
+
 /// A persist keeps the columns of the files it writes decoded; a compaction keeps its merged
 /// files' columns only where some input's were (a hot partition), not after a restart (the
 /// cache empty: a cold one).
@@ -502,7 +586,14 @@ async fn written_files_are_kept_decoded_unless_a_cold_partition_is_compacted() {
     let (store, _) = open();
     for round in 0..3 {
         let lines: String = (0..200)
-            .map(|i| format!("cpu,host=h{} usage={} {}\n", i % 4, round * 1000 + i, i * 1000))
+            .map(|i| {
+                format!(
+                    "cpu,host=h{} usage={} {}\n",
+                    i % 4,
+                    round * 1000 + i,
+                    i * 1000
+                )
+            })
             .collect();
         write(&store, &lines).await;
         store.persist_now().unwrap();
@@ -510,14 +601,25 @@ async fn written_files_are_kept_decoded_unless_a_cold_partition_is_compacted() {
     assert_eq!(decoded(&store), [true; 3]);
     let merged = store.compact_now(CompactionScope::default()).unwrap();
     assert!(merged.compactions > 0, "{merged:?}");
-    assert!(decoded(&store).iter().all(|&d| d), "hot: {:?}", decoded(&store));
+    assert!(
+        decoded(&store).iter().all(|&d| d),
+        "hot: {:?}",
+        decoded(&store)
+    );
     store.close();
     drop(store);
 
     let (store, _) = open();
     for round in 3..6 {
         let lines: String = (0..200)
-            .map(|i| format!("cpu,host=h{} usage={} {}\n", i % 4, round * 1000 + i, i * 1000))
+            .map(|i| {
+                format!(
+                    "cpu,host=h{} usage={} {}\n",
+                    i % 4,
+                    round * 1000 + i,
+                    i * 1000
+                )
+            })
             .collect();
         write(&store, &lines).await;
         store.persist_now().unwrap();
@@ -529,10 +631,16 @@ async fn written_files_are_kept_decoded_unless_a_cold_partition_is_compacted() {
         .iter()
         .map(|f| f.path.clone())
         .collect();
-    store.chunk_cache().forget_files(paths.iter().map(String::as_str));
+    store
+        .chunk_cache()
+        .forget_files(paths.iter().map(String::as_str));
     let merged = store.compact_now(CompactionScope::default()).unwrap();
     assert!(merged.compactions > 0, "{merged:?}");
-    assert!(decoded(&store).iter().all(|&d| !d), "cold: {:?}", decoded(&store));
+    assert!(
+        decoded(&store).iter().all(|&d| !d),
+        "cold: {:?}",
+        decoded(&store)
+    );
     store.close();
 }
 
