@@ -568,6 +568,25 @@ async fn time_ordered_limits_read_only_each_series_end() {
     store.close();
 }
 
+/// Three persists of 200 rows of 4 hosts over the same times (values from `first_round` on):
+/// three overlapping files, which a compaction merges.
+async fn persist_three_overlapping_files(store: &Store, first_round: i64) {
+    for round in first_round..first_round + 3 {
+        let lines: String = (0..200)
+            .map(|i| {
+                format!(
+                    "cpu,host=h{} usage={} {}\n",
+                    i % 4,
+                    round * 1000 + i,
+                    i * 1000
+                )
+            })
+            .collect();
+        write(store, &lines).await;
+        store.persist_now().unwrap();
+    }
+}
+
 /// A persist keeps the columns of the files it writes decoded; a compaction keeps its merged
 /// files' columns only where some input's were (a hot partition), not after a restart (the
 /// cache empty: a cold one).
@@ -584,20 +603,7 @@ async fn written_files_are_kept_decoded_unless_a_cold_partition_is_compacted() {
             .collect()
     };
     let (store, _) = open();
-    for round in 0..3 {
-        let lines: String = (0..200)
-            .map(|i| {
-                format!(
-                    "cpu,host=h{} usage={} {}\n",
-                    i % 4,
-                    round * 1000 + i,
-                    i * 1000
-                )
-            })
-            .collect();
-        write(&store, &lines).await;
-        store.persist_now().unwrap();
-    }
+    persist_three_overlapping_files(&store, 0).await;
     assert_eq!(decoded(&store), [true; 3]);
     let merged = store.compact_now(CompactionScope::default()).unwrap();
     assert!(merged.compactions > 0, "{merged:?}");
@@ -610,20 +616,7 @@ async fn written_files_are_kept_decoded_unless_a_cold_partition_is_compacted() {
     drop(store);
 
     let (store, _) = open();
-    for round in 3..6 {
-        let lines: String = (0..200)
-            .map(|i| {
-                format!(
-                    "cpu,host=h{} usage={} {}\n",
-                    i % 4,
-                    round * 1000 + i,
-                    i * 1000
-                )
-            })
-            .collect();
-        write(&store, &lines).await;
-        store.persist_now().unwrap();
-    }
+    persist_three_overlapping_files(&store, 3).await;
     // the files of before the restart are cold: forget the new ones' columns too
     let catalog = store.catalog().unwrap();
     let paths: Vec<String> = catalog.databases["db"].tables["cpu"]
