@@ -434,46 +434,48 @@ pub(crate) enum Placement {
     /// On the governor's runtime, its batches crossing to the caller through a channel.
     QueryRuntime,
     /// On the caller's task, as the caller polls: for a plan that reads at most a batch's
-    /// worth of rows and fans out to no tasks ([`Placement::of`]), where the hand-over to
-    /// another runtime's threads and back would cost more than the plan itself.
+    /// worth of rows in all ([`Placement::of`]), where the hand-over to another runtime's
+    /// threads and back would cost more than the plan itself. (The few tasks a plan of
+    /// several partitions spawns then run on the caller's runtime: over so few rows, they
+    /// take it no longer than answering the request does.)
     Inline,
 }
 
-/// Rows at most a plan run inline may start from.
+/// Rows at most a plan run inline may start from, all its leaves together.
 const INLINE_MAX_ROWS: usize = 8192;
 
 impl Placement {
-    /// Inline for a plan of one partition throughout (so nothing spawns tasks), without joins
-    /// or unnesting (which can multiply rows), whose every leaf knows exactly that it yields
-    /// at most [`INLINE_MAX_ROWS`] (`SELECT 1`, `count(*)` answered from statistics,
-    /// `VALUES`); everything else on the query runtime.
+    /// Inline for a plan without joins or unnesting (which can multiply rows) or recursion,
+    /// whose leaves know exactly that they yield at most [`INLINE_MAX_ROWS`] together
+    /// (`SELECT 1`, `count(*)` answered from statistics, `VALUES`, a scan of one host's
+    /// hours from memory, a kept last-point answer); everything else on the query runtime.
     pub(crate) fn of(plan: &Arc<dyn ExecutionPlan>) -> Placement {
-        if small_and_serial(plan) {
-            Placement::Inline
-        } else {
-            Placement::QueryRuntime
+        match leaf_rows(plan) {
+            Some(rows) if rows <= INLINE_MAX_ROWS => Placement::Inline,
+            _ => Placement::QueryRuntime,
         }
     }
 }
 
-fn small_and_serial(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    if plan.output_partitioning().partition_count() != 1 {
-        return false;
-    }
+/// The rows `plan`'s leaves yield together, if each knows exactly and nothing in the plan can
+/// multiply them; `None` otherwise.
+fn leaf_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
     let name = plan.name();
     if name.contains("Join") || name.contains("Unnest") || name.contains("Recursive") {
-        return false;
+        return None;
     }
     let children = plan.children();
     if children.is_empty() {
         let statistics = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new());
         return match statistics.map(|s| s.num_rows) {
             // an estimate bounds nothing: a leaf must know its rows exactly
-            Ok(Precision::Exact(rows)) => rows <= INLINE_MAX_ROWS,
-            _ => false,
+            Ok(Precision::Exact(rows)) => Some(rows),
+            _ => None,
         };
     }
-    children.into_iter().all(small_and_serial)
+    children
+        .into_iter()
+        .try_fold(0usize, |total, child| total.checked_add(leaf_rows(child)?))
 }
 
 /// The answer of a plan driven on the caller's task: at the first poll it is computed whole
@@ -718,22 +720,41 @@ mod tests {
     use crate::plan_nodes::testing::physical_plan;
     use datafusion::prelude::SessionContext;
 
+    /// Where `sql` runs, in a session with table `t` of 5,000 rows (`v`, exact statistics).
     async fn placement(sql: &str) -> Placement {
-        let plan = physical_plan(&SessionContext::new(), sql).await;
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("v", arrow::datatypes::DataType::Int64, false),
+        ]));
+        let rows = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow::array::Int64Array::from_iter_values(
+                0..5000,
+            ))],
+        )
+        .unwrap();
+        let ctx = SessionContext::new();
+        let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![rows]]).unwrap();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        let plan = physical_plan(&ctx, sql).await;
         Placement::of(&plan)
     }
 
     #[tokio::test]
-    async fn only_small_serial_plans_run_inline() {
+    async fn only_plans_of_few_rows_run_inline() {
         for small in [
             "SELECT 1",
             "SELECT 1 + 2 AS three, 'x' AS x",
             "SELECT * FROM (VALUES (1), (2), (3)) t(v) WHERE v > 1",
+            // several partitions (a repartitioned aggregate) over few rows
+            "SELECT v % 2 AS k, count(*) FROM (VALUES (1), (2), (3)) t(v) GROUP BY v % 2",
+            "SELECT v % 7 AS k, max(v) FROM t GROUP BY v % 7",
         ] {
             assert_eq!(placement(small).await, Placement::Inline, "{small}");
         }
         for big in [
             "SELECT count(*) FROM generate_series(1, 100000000) t(v)",
+            // two leaves of 5,000 rows: 10,000 in all
+            "SELECT max(v) FROM (SELECT v FROM t UNION ALL SELECT v + 1 AS v FROM t) u",
             "SELECT * FROM (VALUES (1), (2)) a(x) CROSS JOIN (VALUES (3), (4)) b(y)",
             "SELECT unnest([1, 2, 3])",
             "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n FROM r",
