@@ -34,9 +34,7 @@ use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    ExecutionPlan, ExecutionPlanProperties, StatisticsArgs, StatisticsContext,
-};
+use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use quiver_model::{ReadGrants, VisibleDatabases};
