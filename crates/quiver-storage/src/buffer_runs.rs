@@ -77,15 +77,65 @@ enum Merged {
     Rows(RecordBatch),
 }
 
+/// A snapshot's buffered rows: sorted runs, or, where the rows could not be kept as runs
+/// (tags that are not string dictionaries, a null time), every row merged into one batch.
+pub(crate) enum Buffered {
+    Runs(Vec<Run>),
+    Rows(RecordBatch),
+}
+
+impl Buffered {
+    /// The rows as batches: one per run, or the one merged batch; one empty batch of `schema`
+    /// if there are none.
+    pub(crate) fn batches(&self, schema: &SchemaRef) -> Vec<RecordBatch> {
+        match self {
+            Buffered::Runs(runs) if runs.is_empty() => vec![RecordBatch::new_empty(schema.clone())],
+            Buffered::Runs(runs) => runs.iter().map(|run| run.rows.clone()).collect(),
+            Buffered::Rows(rows) => vec![rows.clone()],
+        }
+    }
+
+    /// Where each series begins in each of [`Buffered::batches`], if known (always, for
+    /// runs: their sorts found it).
+    pub(crate) fn series_starts(&self) -> Option<Vec<Vec<usize>>> {
+        match self {
+            Buffered::Runs(runs) if runs.is_empty() => Some(vec![Vec::new()]),
+            Buffered::Runs(runs) => Some(runs.iter().map(|run| run.starts.clone()).collect()),
+            Buffered::Rows(_) => None,
+        }
+    }
+
+    /// The smallest and largest `time` buffered (runs know theirs: no pass over the rows).
+    pub(crate) fn time_range(&self) -> Option<(i64, i64)> {
+        match self {
+            Buffered::Runs(runs) => runs
+                .iter()
+                .filter_map(|run| run.times)
+                .reduce(|(lo1, hi1), (lo2, hi2)| (lo1.min(lo2), hi1.max(hi2))),
+            Buffered::Rows(rows) => time_range(std::slice::from_ref(rows)),
+        }
+    }
+}
+
+/// `chunks` (in write order) merged into one run under `schema`, or one batch if the merge
+/// could not tell where each series begins.
+pub(crate) fn merge_into_one(
+    schema: &SchemaRef,
+    chunks: Vec<RecordBatch>,
+) -> Result<Buffered, StorageError> {
+    Ok(match Run::merged(schema, chunks)? {
+        Merged::Run(run) => Buffered::Runs(vec![run]),
+        Merged::Rows(rows) => Buffered::Rows(rows),
+    })
+}
+
 /// The buffer's rows after `written` (chunks in write order, all newer than the runs) joined
-/// `runs` (in write order, each of an older or the same schema): runs under `schema`, or one
-/// batch of every row merged (`Err` side of the result's `Ok`) when the rows could not be
-/// kept as runs.
+/// `runs` (in write order, each of an older or the same schema), under `schema`.
 pub(crate) fn extend_runs(
     schema: &SchemaRef,
     runs: Vec<Run>,
     written: Vec<RecordBatch>,
-) -> Result<Result<Vec<Run>, RecordBatch>, StorageError> {
+) -> Result<Buffered, StorageError> {
     let mut runs = runs
         .into_iter()
         .map(|run| {
@@ -96,7 +146,7 @@ pub(crate) fn extend_runs(
         })
         .collect::<Result<Vec<_>, StorageError>>()?;
     if written.iter().all(|chunk| chunk.num_rows() == 0) {
-        return Ok(Ok(runs));
+        return Ok(Buffered::Runs(runs));
     }
     let newest = match Run::merged(schema, written)? {
         Merged::Run(run) if !shares_a_point_with_any(&runs, &run)? => run,
@@ -116,25 +166,21 @@ pub(crate) fn extend_runs(
             Merged::Rows(rows) => return merge_all(schema, runs, rows),
         }
     }
-    Ok(Ok(runs))
+    Ok(Buffered::Runs(runs))
 }
 
-/// Every run and then `newest` (in write order) merged into one run, or one batch if that
-/// cannot be a run.
+/// Every run and then `newest` (in write order) merged into one.
 fn merge_all(
     schema: &SchemaRef,
     runs: Vec<Run>,
     newest: RecordBatch,
-) -> Result<Result<Vec<Run>, RecordBatch>, StorageError> {
+) -> Result<Buffered, StorageError> {
     let chunks = runs
         .into_iter()
         .map(|run| run.rows)
         .chain([newest])
         .collect();
-    Ok(match Run::merged(schema, chunks)? {
-        Merged::Run(run) => Ok(vec![run]),
-        Merged::Rows(rows) => Err(rows),
-    })
+    merge_into_one(schema, chunks)
 }
 
 /// True if a (series, time) point of `newer` is also in one of `runs` (all under one schema).
@@ -228,9 +274,14 @@ mod tests {
 
     /// `runs` after one more write of `written`, which must still be runs.
     fn write(runs: Vec<Run>, written: &[Row]) -> Vec<Run> {
-        extend_runs(&schema(), runs, vec![batch(written)])
-            .unwrap()
-            .expect("dictionary tags keep runs")
+        as_runs(extend_runs(&schema(), runs, vec![batch(written)]).unwrap())
+    }
+
+    fn as_runs(buffered: Buffered) -> Vec<Run> {
+        match buffered {
+            Buffered::Runs(runs) => runs,
+            Buffered::Rows(_) => panic!("dictionary tags keep runs"),
+        }
     }
 
     /// The first row of each series of sorted rows, by value.
@@ -340,9 +391,7 @@ mod tests {
                     })
                     .collect();
                 written.push(batch(&chunk));
-                runs = extend_runs(&schema(), runs, vec![batch(&chunk)])
-                    .unwrap()
-                    .expect("dictionary tags keep runs");
+                runs = as_runs(extend_runs(&schema(), runs, vec![batch(&chunk)]).unwrap());
                 prop_assert!(runs.len() <= MAX_RUNS);
                 let mut together = Vec::new();
                 for run in &runs {

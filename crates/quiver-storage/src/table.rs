@@ -15,7 +15,7 @@ use arrow::error::ArrowError;
 use parking_lot::RwLock;
 use quiver_model::schema::ColumnType;
 
-use crate::buffer_runs::{extend_runs, Run};
+use crate::buffer_runs::{extend_runs, merge_into_one, Buffered, Run};
 use crate::catalog::FileEntry;
 use crate::dedup::compact_dictionaries;
 use crate::error::StorageError;
@@ -331,41 +331,24 @@ impl Table {
             // being persisted: everything merged into one batch, kept for this snapshot only
             Some(frozen) => {
                 let runs = runs.into_iter().map(|run| run.rows);
-                let chunks = frozen.iter().cloned().chain(runs).chain(live).collect();
-                match merge_chunks_with_starts(&schema, chunks)? {
-                    (rows, Some(starts)) => Ok(vec![Run::new(rows, starts)]),
-                    (rows, None) => Err(rows),
-                }
+                merge_into_one(
+                    &schema,
+                    frozen.iter().cloned().chain(runs).chain(live).collect(),
+                )?
             }
             // only the chunks written since the last snapshot are sorted
             None => extend_runs(&schema, runs, live)?,
         };
         // the merges' sorts know where each series begins: no pass over the tags for it
         let buffer_series = std::sync::OnceLock::new();
-        let batches = match &buffered {
-            Ok(runs) if runs.is_empty() => {
-                let _ = buffer_series.set(vec![Vec::new()]);
-                vec![RecordBatch::new_empty(schema.clone())]
-            }
-            Ok(runs) => {
-                let _ = buffer_series.set(runs.iter().map(|run| run.starts.clone()).collect());
-                runs.iter().map(|run| run.rows.clone()).collect()
-            }
-            Err(rows) => vec![rows.clone()],
-        };
-        let buffer_range = match &buffered {
-            // each run knows its own: no pass over the buffer's times
-            Ok(runs) => runs
-                .iter()
-                .filter_map(|run| run.times)
-                .reduce(|(lo1, hi1), (lo2, hi2)| (lo1.min(lo2), hi1.max(hi2))),
-            Err(_) => time_range(&batches),
-        };
+        if let Some(starts) = buffered.series_starts() {
+            let _ = buffer_series.set(starts);
+        }
         let snapshot = Arc::new(TableSnapshot {
             version,
+            batches: buffered.batches(&schema),
             schema,
-            buffer_range,
-            batches,
+            buffer_range: buffered.time_range(),
             files,
             buffer_last_rows: std::sync::OnceLock::new(),
             buffer_series,
@@ -380,11 +363,11 @@ impl Table {
                 // Nothing was written meanwhile: the snapshot's rows replace the chunks they
                 // cover, so the next snapshot only sorts what arrives after it.
                 match buffered {
-                    Ok(runs) => {
+                    Buffered::Runs(runs) => {
                         state.runs = runs;
                         state.live.clear();
                     }
-                    Err(rows) => {
+                    Buffered::Rows(rows) => {
                         state.runs.clear();
                         state.live = vec![rows];
                     }
