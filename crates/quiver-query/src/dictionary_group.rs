@@ -740,6 +740,14 @@ mod tests {
         (lines, used)
     }
 
+    /// `sql` over `data` uses the operator and answers as the plain aggregate does.
+    async fn assert_operator_answers_as_plain(data: &[Vec<RecordBatch>], sql: &str) {
+        let (expected, _) = run(&context(false, data.to_vec()), sql).await;
+        let (actual, used) = run(&context(true, data.to_vec()), sql).await;
+        assert!(used, "{sql}: the operator was not used");
+        assert_eq!(actual, expected, "{sql}");
+    }
+
     const REPLACED: &[&str] = &[
         "SELECT tag, avg(v), sum(i), count(*), count(v), min(v), max(i), min(tag), max(tag), \
          sum(v), min(i) FROM t GROUP BY tag",
@@ -787,10 +795,7 @@ mod tests {
             "SELECT tag, date_bin(INTERVAL '1 nanosecond', time) AS m, count(*) FROM t \
              GROUP BY tag, m",
         ] {
-            let (expected, _) = run(&context(false, data.clone()), sql).await;
-            let (actual, used) = run(&context(true, data.clone()), sql).await;
-            assert!(used, "{sql}: the operator was not used");
-            assert_eq!(actual, expected, "{sql}");
+            assert_operator_answers_as_plain(&data, sql).await;
         }
     }
 
@@ -821,10 +826,7 @@ mod tests {
                 "SELECT tag, date_bin(INTERVAL '1 minute', time) AS m, avg(v), sum(v), max(i) \
                  FROM t GROUP BY tag, m",
             ] {
-                let (expected, _) = run(&context(false, data.clone()), sql).await;
-                let (actual, used) = run(&context(true, data.clone()), sql).await;
-                assert!(used, "{sql}: the operator was not used");
-                assert_eq!(actual, expected, "{sql}");
+                assert_operator_answers_as_plain(&data, sql).await;
             }
         }
     }

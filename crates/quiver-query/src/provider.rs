@@ -281,9 +281,8 @@ impl QuiverTable {
             filters,
             bounds: time_bounds(filters),
             series_end: self.series_end.filter(|_| {
-                filters
-                    .iter()
-                    .all(|f| applied_exactly(f, &self.tag_columns()))
+                let tags = self.tag_columns();
+                filters.iter().all(|f| applied_exactly(f, &tags))
             }),
         };
         let bounds = scan.bounds;
@@ -692,7 +691,6 @@ impl Scan<'_> {
     }
 }
 
-/// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
 /// True if every row `expr` (a scan's filter) rejects is one a series-by-series scan drops
 /// too: a comparison of tags alone (a series passes it whole or not at all) or a `time`
 /// range ([`crate::series_filter`] cuts each series to it), conjunct by conjunct.
@@ -706,6 +704,7 @@ fn applied_exactly(expr: &Expr, tags: &std::collections::HashSet<String>) -> boo
     })
 }
 
+/// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
 fn is_time_range(expr: &Expr) -> bool {
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => time_comparison(left, *op, right)

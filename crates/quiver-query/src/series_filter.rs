@@ -93,6 +93,9 @@ pub(crate) fn rows_in_matching_series(
     let times = (bounds != TimeBounds::ALL)
         .then(|| nanosecond_times(batch))
         .flatten();
+    // a series' end is only its end among the rows the bounds keep: unless they can be
+    // applied here, every row goes on
+    let end_of_series = end_of_series.filter(|_| bounds == TimeBounds::ALL || times.is_some());
     if tags.is_empty() && times.is_none() && end_of_series.is_none() {
         return Ok(vec![batch.clone()]);
     }
@@ -263,7 +266,13 @@ mod tests {
             rows_in_matching_series(batch, starts, (filters, time_bounds(filters)), end).unwrap();
         let rows = parts
             .iter()
-            .flat_map(|b| b.column(2).as_primitive::<Int64Type>().values().to_vec())
+            .flat_map(|b| {
+                b.column_by_name("v")
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
             .collect();
         (rows, parts.len())
     }
@@ -310,6 +319,20 @@ mod tests {
         let (rows, batches) = kept(&batch, &starts, &[col(TIME_COLUMN).lt(at(50))]);
         let expected: Vec<i64> = (0..50).flat_map(|s| s * 20..s * 20 + 5).collect();
         assert_eq!((rows, batches), (expected, 1));
+    }
+
+    #[test]
+    fn a_series_end_is_not_taken_where_time_bounds_cannot_be_applied() {
+        let (batch, starts) = sorted(&[("a", 10), ("b", 10)]);
+        // bounds on `time`, but the rows lack it: the newest row of each series (20 and 10
+        // rows in) could be past the bound, so every row goes on for the filter above
+        let without_time = batch.project(&[0, 2]).unwrap();
+        let filters = [col(TIME_COLUMN).lt(at(50))];
+        let (rows, _) = kept_ends(&without_time, &starts, &filters, Some(SeriesEnd::Newest(1)));
+        assert_eq!(rows.len(), 20);
+        // with them, each series' newest row below the bound
+        let (rows, _) = kept_ends(&batch, &starts, &filters, Some(SeriesEnd::Newest(1)));
+        assert_eq!(rows, [4, 14]);
     }
 
     #[test]
