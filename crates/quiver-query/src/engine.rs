@@ -242,7 +242,8 @@ impl From<DataFusionError> for QueryError {
             }
             cause = error.source();
         }
-        if resources && innermost_resources(&e).starts_with(pool::OTHERS_HOLD_MEMORY) {
+        // (operators may wrap the pool's refusal in words of their own: anywhere in it)
+        if resources && innermost_resources(&e).contains(pool::OTHERS_HOLD_MEMORY) {
             QueryError::MemoryBusy(e)
         } else if resources {
             QueryError::ResourcesExhausted(e)
@@ -893,6 +894,11 @@ mod tests {
         let asking = consumer("second").register(&second);
         // 300 would fit alone: busy (a retry can succeed), wrapped as operators wrap it
         let refused = asking.try_grow(300).unwrap_err();
+        // reworded into a new error, as DataFusion's aggregation does when it cannot spill
+        let reworded = DataFusionError::ResourcesExhausted(format!(
+            "Failed to reserve memory for sort during spill: {refused}"
+        ));
+        assert_eq!(QueryError::from(reworded).kind(), ErrorKind::Busy);
         let wrapped = DataFusionError::Context("sorting".into(), Box::new(refused));
         let error = QueryError::from(wrapped);
         assert_eq!(error.kind(), ErrorKind::Busy, "{error}");

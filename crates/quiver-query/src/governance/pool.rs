@@ -68,6 +68,18 @@ impl std::fmt::Display for QueryPool {
     }
 }
 
+impl QueryPool {
+    /// The refusal of memory over the query's own limit, with `detail` of what was asked.
+    fn over_own_limit(&self, detail: &str) -> datafusion::error::DataFusionError {
+        resources_datafusion_err!(
+            "the query needs more than its {} bytes of memory (query_memory_bytes: raise it, \
+             or narrow the query). {}",
+            self.limit,
+            detail
+        )
+    }
+}
+
 impl MemoryPool for QueryPool {
     fn name(&self) -> &str {
         "quiver_query_pool"
@@ -94,31 +106,37 @@ impl MemoryPool for QueryPool {
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
-        // the query's own limit first: over it, the query fails again however idle the server
-        if let Err(e) = self.inner.try_grow(reservation, additional) {
-            let detail = e.strip_backtrace();
-            let detail = detail
-                .strip_prefix("Resources exhausted: ")
-                .unwrap_or(&detail);
-            return Err(resources_datafusion_err!(
-                "the query needs more than its {} bytes of memory (query_memory_bytes: raise \
-                 it, or narrow the query). {}",
-                self.limit,
-                detail
-            ));
-        }
+        // the server's share first, so that the query's own pool never holds, even for an
+        // instant, bytes it is then refused (a sibling partition would be refused them too)
         let before = self
             .server
             .reserved
             .fetch_add(additional, Ordering::Relaxed);
         if before.saturating_add(additional) <= self.server.limit {
-            return Ok(());
+            return self.inner.try_grow(reservation, additional).map_err(|e| {
+                self.server
+                    .reserved
+                    .fetch_sub(additional, Ordering::Relaxed);
+                let detail = e.strip_backtrace();
+                self.over_own_limit(
+                    detail
+                        .strip_prefix("Resources exhausted: ")
+                        .unwrap_or(&detail),
+                )
+            });
         }
         self.server
             .reserved
             .fetch_sub(additional, Ordering::Relaxed);
-        self.inner.shrink(reservation, additional);
         let own = self.inner.reserved();
+        // the query's own limit decides first: over it, the query fails again however idle the
+        // server is
+        if own.saturating_add(additional) > self.limit {
+            return Err(self.over_own_limit(&format!(
+                "{additional} more bytes for {} refused",
+                reservation.consumer().name()
+            )));
+        }
         if own.saturating_add(additional) > self.server.limit {
             // alone over the ceiling: the same query fails again, however idle the server
             return Err(resources_datafusion_err!(
