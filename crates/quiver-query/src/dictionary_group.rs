@@ -179,12 +179,9 @@ impl GroupKey {
     }
 }
 
-/// A string dictionary with 32-bit keys: what a tag is.
+/// What a tag is (`quiver_model::schema::tag_data_type`).
 fn is_tag(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Dictionary(key, value) if **key == DataType::Int32 && **value == DataType::Utf8
-    )
+    *data_type == quiver_model::schema::tag_data_type()
 }
 
 impl DisplayAs for DictionaryGroupExec {
@@ -304,9 +301,12 @@ impl Groups {
                     .column(column)
                     .as_dictionary_opt::<Int32Type>()
                     .ok_or_else(|| {
-                        DataFusionError::Internal(
-                            "DictionaryGroupExec: the group column changed".into(),
-                        )
+                        DataFusionError::Internal(format!(
+                            "DictionaryGroupExec: the group column {column} ({}) was planned \
+                             as a tag (Dictionary(Int32, Utf8)), but a batch holds {}",
+                            batch.schema().field(column).name(),
+                            batch.column(column).data_type()
+                        ))
                     })?;
                 self.tags.runs(column)
             }
@@ -853,19 +853,29 @@ mod tests {
         }
     }
 
-    /// Each group's count summed over `batches` of (tag, count) rows, and how many of those
-    /// rows each group had.
-    fn counts_by_tag(batches: &[RecordBatch]) -> HashMap<Option<String>, (i64, usize)> {
-        let mut counts: HashMap<Option<String>, (i64, usize)> = HashMap::new();
+    /// Each group's count summed over `batches` of (group keys..., count) rows, the `keys`
+    /// first columns being the group (as text), and how many of those rows each group had.
+    fn counts_by_group(
+        batches: &[RecordBatch],
+        keys: usize,
+    ) -> HashMap<Vec<Option<String>>, (i64, usize)> {
+        let mut counts: HashMap<Vec<Option<String>>, (i64, usize)> = HashMap::new();
         for batch in batches {
-            let tags = arrow::compute::cast(batch.column(0), &DataType::Utf8).unwrap();
-            let tags = tags.as_string::<i32>();
+            let texts: Vec<ArrayRef> = (0..keys)
+                .map(|k| arrow::compute::cast(batch.column(k), &DataType::Utf8).unwrap())
+                .collect();
             let n = batch
-                .column(1)
+                .column(keys)
                 .as_primitive::<arrow::datatypes::Int64Type>();
             for row in 0..batch.num_rows() {
-                let tag = tags.is_valid(row).then(|| tags.value(row).to_string());
-                let entry = counts.entry(tag).or_default();
+                let group = texts
+                    .iter()
+                    .map(|text| {
+                        let text = text.as_string::<i32>();
+                        text.is_valid(row).then(|| text.value(row).to_string())
+                    })
+                    .collect();
+                let entry = counts.entry(group).or_default();
                 entry.0 += n.value(row);
                 entry.1 += 1;
             }
@@ -876,35 +886,47 @@ mod tests {
     #[tokio::test]
     async fn a_refused_reservation_emits_partial_states_that_merge_to_the_exact_answer() {
         // every reservation fails: the operator emits after every input batch, so a group
-        // shows up in several partial states; summed, they are the plain plan's counts
-        let sql = "SELECT tag, count(*) AS n FROM t GROUP BY tag";
-        let plain = context(false, partitions()).sql(sql).await.unwrap();
-        let expected: HashMap<Option<String>, i64> = counts_by_tag(&plain.collect().await.unwrap())
-            .into_iter()
-            .map(|(tag, (n, _))| (tag, n))
-            .collect();
-        let runtime = RuntimeEnvBuilder::new()
-            .with_memory_pool(Arc::new(GreedyMemoryPool::new(1)))
-            .build_arc()
-            .unwrap();
-        let ctx = context(true, partitions());
-        let plan = physical_plan(&ctx, sql).await;
-        let partial = find_operator(&plan).expect("the operator is in the plan");
-        let task = Arc::new(TaskContext::from(&ctx.state()).with_runtime(runtime));
-        let mut states = Vec::new();
-        for partition in 0..partial.properties().partitioning.partition_count() {
-            let stream = partial.execute(partition, task.clone()).unwrap();
-            states.extend(stream.map(|b| b.unwrap()).collect::<Vec<_>>().await);
+        // shows up in several partial states; summed, they are the plain plan's counts (by a
+        // tag, and by a time bin and a tag, whose table of bins starts over after each)
+        for (sql, keys) in [
+            ("SELECT tag, count(*) AS n FROM t GROUP BY tag", 1),
+            (
+                "SELECT date_bin(INTERVAL '1 minute', time) AS m, tag, count(*) AS n FROM t \
+                 GROUP BY m, tag",
+                2,
+            ),
+        ] {
+            let plain = context(false, partitions()).sql(sql).await.unwrap();
+            let expected: HashMap<Vec<Option<String>>, i64> =
+                counts_by_group(&plain.collect().await.unwrap(), keys)
+                    .into_iter()
+                    .map(|(group, (n, _))| (group, n))
+                    .collect();
+            let runtime = RuntimeEnvBuilder::new()
+                .with_memory_pool(Arc::new(GreedyMemoryPool::new(1)))
+                .build_arc()
+                .unwrap();
+            let ctx = context(true, partitions());
+            let plan = physical_plan(&ctx, sql).await;
+            let partial = find_operator(&plan).expect("the operator is in the plan");
+            let task = Arc::new(TaskContext::from(&ctx.state()).with_runtime(runtime));
+            let mut states = Vec::new();
+            for partition in 0..partial.properties().partitioning.partition_count() {
+                let stream = partial.execute(partition, task.clone()).unwrap();
+                states.extend(stream.map(|b| b.unwrap()).collect::<Vec<_>>().await);
+            }
+            assert_eq!(states.len(), 5, "{sql}: one emission per input batch");
+            let merged = counts_by_group(&states, keys);
+            assert!(
+                merged.values().any(|&(_, rows)| rows > 1),
+                "{sql}: some group was emitted more than once: {merged:?}"
+            );
+            let merged: HashMap<Vec<Option<String>>, i64> = merged
+                .into_iter()
+                .map(|(group, (n, _))| (group, n))
+                .collect();
+            assert_eq!(merged, expected, "{sql}");
         }
-        assert_eq!(states.len(), 5, "one emission per input batch");
-        let merged = counts_by_tag(&states);
-        assert!(
-            merged.values().any(|&(_, rows)| rows > 1),
-            "some group was emitted more than once: {merged:?}"
-        );
-        let merged: HashMap<Option<String>, i64> =
-            merged.into_iter().map(|(tag, (n, _))| (tag, n)).collect();
-        assert_eq!(merged, expected);
     }
 
     fn find_operator(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
@@ -914,8 +936,6 @@ mod tests {
         plan.children().into_iter().find_map(find_operator)
     }
 
-    /// Random batches over random dictionaries (values may repeat across dictionaries, be
-    /// null, or be unused; keys may be null).
     /// `batch` with `v` and `i` null in every row whose key is `key`.
     fn without_values_of(batch: &RecordBatch, key: Option<i32>) -> RecordBatch {
         let keys = batch.column(0).as_dictionary::<Int32Type>().keys();
@@ -927,6 +947,8 @@ mod tests {
         RecordBatch::try_new(batch.schema(), columns).unwrap()
     }
 
+    /// Random batches over random dictionaries (values may repeat across dictionaries, be
+    /// null, or be unused; keys may be null).
     fn random_partitions() -> impl Strategy<Value = Vec<Vec<RecordBatch>>> {
         let word = prop::option::weighted(0.9, "[a-e]{0,2}");
         let dictionary = prop::collection::vec(word, 1..6);
@@ -957,11 +979,16 @@ mod tests {
         fn random_data_answers_as_the_plain_aggregate_does(data in random_partitions()) {
             let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
             for sql in [REPLACED[0], REPLACED[6], REPLACED[8]] {
-                let (expected, actual) = runtime.block_on(async {
-                    let expected = run(&context(false, data.clone()), sql).await.0;
-                    let actual = run(&context(true, data.clone()), sql).await.0;
-                    (expected, actual)
+                let ((expected, partial), (actual, used)) = runtime.block_on(async {
+                    let plain = context(false, data.clone());
+                    let plain = answer_and_use(&plain, sql, "mode=Partial").await;
+                    (plain, run(&context(true, data.clone()), sql).await)
                 });
+                // wherever the plain plan has a partial stage, the operator takes its place
+                // (one small partition, or no rows, get a single-stage aggregate)
+                prop_assert_eq!(used, partial, "{}: the operator was not used", sql);
+                let mut expected = expected;
+                expected.sort();
                 prop_assert_eq!(actual, expected, "{}", sql);
             }
         }

@@ -7,6 +7,7 @@
 //! a closure. Bins of one query are multiples of one stride over a bounded span, so a bin's
 //! group is found by indexing a table by `(bin - first) / stride`, not by hashing it.
 
+use datafusion::functions::datetime::date_bin::DateBinFunc;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -37,7 +38,8 @@ impl TimeBin {
         let [interval, time] = function.args() else {
             return None;
         };
-        if function.fun().name() != "date_bin" {
+        // DataFusion's own date_bin, not any function registered under its name
+        if !function.fun().inner().is::<DateBinFunc>() {
             return None;
         }
         let stride = fixed_nanoseconds(interval.downcast_ref::<Literal>()?.value())?;
