@@ -285,6 +285,20 @@ def physical_plan_hits(url: str) -> float:
 
 KEPT = NARROWED + ["SELECT count(*) AS n, sum(load) AS l, max(usage) AS u FROM cpu"]
 
+# Time-ordered limits, which read each series' newest (oldest) rows only; ties broken by the
+# series, so the rows asked for are the same in any plan.
+TIME_ORDERED = [
+    "SELECT host, region, time, load FROM cpu ORDER BY time DESC, host LIMIT 7",
+    "SELECT host, time, usage FROM cpu WHERE host IN ('h3', 'h99') "
+    "AND time < '1970-01-01T01:10:00Z' ORDER BY time DESC, host LIMIT 4",
+    "SELECT host, time, usage FROM cpu ORDER BY time, host LIMIT 3 OFFSET 2",
+]
+
+
+def by_time_plainly(sql: str) -> str:
+    """A time-ordered limit in a shape the shortcut does not take (the same order)."""
+    return sql.replace("ORDER BY time", "ORDER BY time + INTERVAL '0 seconds'")
+
 
 def test_the_readme_serve_command_reuses_plans_until_a_write_and_sees_every_write(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
@@ -310,6 +324,8 @@ def test_the_readme_serve_command_reuses_plans_until_a_write_and_sees_every_writ
     def answers() -> None:
         for sql in KEPT:
             assert uncached_rows(url, sql) == uncached_rows(url, unnarrowed(sql)), sql
+        for sql in TIME_ORDERED:
+            assert uncached_rows(url, sql) == uncached_rows(url, by_time_plainly(sql)), sql
 
     answers()
     hits = physical_plan_hits(url)
@@ -334,6 +350,9 @@ def test_the_readme_serve_command_reuses_plans_until_a_write_and_sees_every_writ
         points[(host, t)] = load
         [row] = uncached(url, KEPT[-1])
         assert (row["n"], row["l"]) == (len(points), sum(points.values())), (step, row)
+        if t == 400 + step:  # the newest point of all: the first of a time-ordered limit
+            [newest] = uncached(url, "SELECT host, load FROM cpu ORDER BY time DESC LIMIT 1")
+            assert newest == {"host": host, "load": load}, (step, newest)
         if step % 6 == 5:
             answers()
     requests.post(f"{url}/api/v3/persist", timeout=60).raise_for_status()
@@ -342,3 +361,10 @@ def test_the_readme_serve_command_reuses_plans_until_a_write_and_sees_every_writ
     server = spawn_quiver(cwd=tmp_path, default_ports=True)
     url = server.http_url
     answers()
+    # the same over PostgreSQL, as psycopg sends it
+    with psycopg.connect(host="127.0.0.1", port=server.pg_port, user="quiver", dbname=DB,
+                         connect_timeout=10, autocommit=True) as conn:
+        for sql in TIME_ORDERED:
+            rows = sorted(map(repr, conn.execute(sql).fetchall()))
+            assert rows == sorted(map(repr, conn.execute(by_time_plainly(sql)).fetchall())), sql
+            assert rows, sql
