@@ -145,6 +145,86 @@ def test_errors_over_postgresql_and_flight_carry_their_codes(governed: SpawnedSe
             caught.value).lower()
 
 
+def chained(levels: int) -> dict[str, tuple[str, Any]]:
+    """Statements nested `levels` deep by chains of operators (over `cpu`: usage 1 and 2),
+    and what each answers (HTTP JSON rows)."""
+    return {
+        "plus": ("SELECT " + "+".join(["usage"] * levels) + " AS s FROM cpu ORDER BY s",
+                 [{"s": levels}, {"s": 2 * levels}]),
+        "or": ("SELECT count(*) AS n FROM cpu WHERE "
+               + " OR ".join(f"host = 'h{i}'" for i in range(levels - 1)) + " OR host = 'b'",
+               [{"n": 1}]),
+        "union": (" UNION ALL ".join(f"SELECT {i} AS v" for i in range(levels)),
+                  levels),
+        "cast": ("SELECT usage" + "::DOUBLE" * levels + " AS u FROM cpu ORDER BY u",
+                 [{"u": 1}, {"u": 2}]),
+    }
+
+
+def post_sql(server: SpawnedServer, statement: str) -> requests.Response:
+    return requests.post(f"{server.http_url}/api/v3/query_sql",
+                         headers={"Cache-Control": "no-cache"},
+                         json={"db": DB, "q": statement, "format": "json"}, timeout=120)
+
+
+def test_deeply_nested_statements_are_answered_up_to_the_depth_limit_and_refused_past_it(
+        governed: SpawnedServer) -> None:
+    """A thousand `UNION ALL`s (25 KB) used to overflow a thread's stack and abort the server:
+    statements up to `max_sql_depth` (1,000) levels deep are answered on every protocol,
+    deeper or longer ones refused with the setting named, and the server stays up."""
+    for name, (statement, expected) in chained(990).items():
+        response = post_sql(governed, statement)
+        assert response.status_code == 200, (name, response.text[:300])
+        rows = response.json()
+        assert (len(rows) if isinstance(expected, int) else rows) == expected, name
+    with psycopg.connect(host="127.0.0.1", port=governed.pg_port, dbname=DB, user="u",
+                         autocommit=True) as conn:
+        # not the same text as over HTTP: no cached answer
+        statement = chained(980)["plus"][0]
+        assert conn.execute(statement).fetchall() == [(980.0,), (1960.0,)]
+        with pytest.raises(psycopg.errors.StatementTooComplex) as too_deep:  # 54001
+            conn.execute(chained(1001)["union"][0])
+        assert "max_sql_depth = 1000" in str(too_deep.value)
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded) as too_long:  # 54000
+            conn.execute("SELECT '" + "x" * (2 * MIB) + "'")
+        assert "max_sql_bytes = 1048576" in str(too_long.value)
+        assert conn.execute("SELECT count(*) FROM cpu").fetchone() == (2,)
+    with flight_sql.connect(governed.flight_uri,
+                            db_kwargs={DATABASE_HEADER: DB}) as conn, conn.cursor() as cur:
+        cur.execute(chained(970)["cast"][0])
+        assert [row[0] for row in cur.fetchall()] == [1.0, 2.0]
+        with pytest.raises(flight_sql.Error) as caught:
+            cur.execute(chained(1001)["or"][0])
+            cur.fetchall()
+        assert "max_sql_depth" in str(caught.value)
+        assert "INVALID_ARGUMENT" in str(caught.value) or "invalid" in str(caught.value).lower()
+    for name, (statement, _) in chained(1001).items():
+        response = post_sql(governed, statement)
+        assert response.status_code == 422, (name, response.text[:300])
+        assert "max_sql_depth = 1000" in response.json()["error"], name
+    # far deeper than any stack could walk: measured and freed on a stack of its own
+    response = post_sql(governed, "SELECT " + "+".join(["1"] * 400_000))
+    assert response.status_code == 422, response.text[:300]
+    assert "max_sql_depth" in response.json()["error"]
+    response = post_sql(governed, "SELECT " + "+".join(["1"] * 600_000))
+    assert response.status_code == 413, response.text[:300]
+    assert "max_sql_bytes = 1048576" in response.json()["error"]
+    assert governed.proc.poll() is None
+    assert [r["usage"] for r in query_json(governed.http_url, DB,
+                                           "SELECT usage FROM cpu ORDER BY time")] == [1, 2]
+
+
+def test_max_sql_depth_can_be_lowered(spawn_quiver: Spawn, tmp_path: Path) -> None:
+    server = spawn_quiver("--data-dir", str(tmp_path / "data"), "--max-sql-depth", "50",
+                          cwd=tmp_path)
+    write_ok(server.http_url, DB, "cpu,host=a usage=1 1\ncpu,host=b usage=2 2\n")
+    statement, expected = chained(45)["plus"]
+    assert post_sql(server, statement).json() == expected
+    response = post_sql(server, chained(60)["plus"][0])
+    assert response.status_code == 422, response.text[:300]
+    assert "max_sql_depth = 50" in response.json()["error"]
+
+
 def test_a_big_sort_spills_to_disk_instead_of_failing(spawn_quiver: Spawn,
                                                       tmp_path: Path) -> None:
     data_dir = tmp_path / "data"

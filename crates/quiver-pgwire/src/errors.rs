@@ -8,6 +8,7 @@ use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 use quiver_model::Classify;
 use quiver_query::governance::StopReason;
+use quiver_query::statement_limits::StatementLimit;
 use quiver_query::QueryError;
 
 /// SQLSTATE codes used here (PostgreSQL's Appendix A).
@@ -46,8 +47,10 @@ pub(super) mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     /// The query needed more memory than allowed.
     pub const OUT_OF_MEMORY: &str = "53200";
-    /// A value larger than one value may be.
+    /// A value larger than one value may be, or a statement longer than one may be.
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+    /// A statement nested more deeply than the server parses.
+    pub const STATEMENT_TOO_COMPLEX: &str = "54001";
     /// The query was cancelled or ran past its time limit.
     pub const QUERY_CANCELED: &str = "57014";
     /// As many queries run and wait as the server takes.
@@ -114,6 +117,12 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::Invalid(e) => datafusion_code(e),
         QueryError::ResourcesExhausted(_) | QueryError::MemoryBusy(_) => sqlstate::OUT_OF_MEMORY,
         QueryError::ValueTooLarge(_) => sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        QueryError::StatementLimit(StatementLimit::TooLong { .. }) => {
+            sqlstate::PROGRAM_LIMIT_EXCEEDED
+        }
+        QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => {
+            sqlstate::STATEMENT_TOO_COMPLEX
+        }
         QueryError::Stopped(StopReason::ServerMemory { .. }) => sqlstate::OUT_OF_MEMORY,
         QueryError::Stopped(_) => sqlstate::QUERY_CANCELED,
         QueryError::Busy { .. } => sqlstate::INSUFFICIENT_RESOURCES,

@@ -41,6 +41,7 @@ use pgwire::messages::PgWireBackendMessage;
 use quiver_auth::{Authenticator, Caller};
 use quiver_cache::{AnswerBody, CachedAnswer, QueryService, Run};
 use quiver_query::governance::{Protocol, QueryControl};
+use quiver_query::statement_limits::parse_bounded;
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
 use rust_decimal::Decimal;
 
@@ -85,9 +86,12 @@ impl StatementParser {
 
     /// The statements of `sql` (none for an empty or comment-only string); `42601` if it is
     /// not valid SQL.
+    /// Parses (and rewrites for compatibility) `sql`, within the engine's bounds on a
+    /// statement's length and nesting.
     fn parse(&self, sql: &str) -> PgWireResult<Vec<SqlStatement>> {
-        self.sql
-            .parse(sql)
+        let limits = self.queries.engine().statement_limits();
+        parse_bounded(sql, limits, |sql| self.sql.parse(sql))
+            .map_err(|refused| query_error(&QueryError::StatementLimit(refused)))?
             .map_err(|e| error(sqlstate::SYNTAX_ERROR, format!("syntax error: {e}")))
     }
 

@@ -37,6 +37,7 @@ use crate::latest::LatestRowsRule;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
+use crate::statement_limits::{self, StatementLimit, StatementLimits};
 use crate::time_order_limit::TimeOrderLimitRule;
 
 /// Settings of the SQL engine. The serde names are the server's configuration keys;
@@ -72,6 +73,13 @@ pub struct QueryOptions {
     pub max_concurrent_queries: usize,
     /// Queries that may wait for a slot; beyond that a query is refused at once.
     pub max_queued_queries: usize,
+    /// The longest statement text accepted, in bytes; a longer one is refused unread (the
+    /// memory a parse takes grows with the text).
+    pub max_sql_bytes: usize,
+    /// How deeply a statement may nest: each operator of a chain (`a + b + c`, `… OR …`,
+    /// `… UNION ALL …`) and each nested expression or subquery is a level. Deeper statements
+    /// are refused as they are parsed: walking a tree takes stack for every level.
+    pub max_sql_depth: usize,
     /// Extensions applied to every database's session when it is created, in order.
     #[serde(skip)]
     pub session_setup: Vec<Arc<dyn SessionSetup>>,
@@ -89,6 +97,8 @@ impl Default for QueryOptions {
             query_stall_timeout_secs: 60,
             max_concurrent_queries: 0,
             max_queued_queries: 128,
+            max_sql_bytes: 1 << 20,
+            max_sql_depth: 1000,
             session_setup: Vec::new(),
         }
     }
@@ -124,6 +134,27 @@ impl QueryOptions {
             max_concurrent_queries: self.concurrent_queries(),
             max_queued_queries: self.max_queued_queries,
             threads: self.partitions(),
+        }
+    }
+
+    /// Checks the settings that have bounds of their own.
+    pub fn validate(&self) -> Result<(), String> {
+        let most = statement_limits::MAX_SQL_DEPTH;
+        if !(1..=most).contains(&self.max_sql_depth) {
+            return Err(format!(
+                "max_sql_depth must be between 1 and {most} (the threads' stacks are sized for \
+                 it), got {}",
+                self.max_sql_depth
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bounds on a statement's text and nesting.
+    pub fn statement_limits(&self) -> StatementLimits {
+        StatementLimits {
+            max_bytes: self.max_sql_bytes,
+            max_depth: self.max_sql_depth,
         }
     }
 
@@ -192,6 +223,9 @@ pub enum QueryError {
         /// `max_queued_queries`.
         queued: usize,
     },
+    /// The statement is longer or more deeply nested than the server accepts.
+    #[error("{0}")]
+    StatementLimit(StatementLimit),
     /// The caller may not read what the statement reads.
     #[error("{0}")]
     Denied(quiver_model::Denied),
@@ -216,6 +250,8 @@ impl Classify for QueryError {
             QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
             QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
             QueryError::Busy { .. } | QueryError::MemoryBusy(_) => ErrorKind::Busy,
+            QueryError::StatementLimit(StatementLimit::TooLong { .. }) => ErrorKind::TooLarge,
+            QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => ErrorKind::LimitExceeded,
             QueryError::Denied(denied) => denied.kind,
             QueryError::Internal(_) => ErrorKind::Internal,
         }
@@ -486,7 +522,11 @@ impl QueryEngine {
         let state = ctx.state_ref();
         let state = state.read();
         let dialect_name = state.config().options().sql_parser.dialect;
-        let mut statement = state.sql_to_statement(sql, &dialect_name)?;
+        let limits = self.options.statement_limits();
+        let mut statement = statement_limits::parse_bounded(sql, limits, |sql| {
+            state.sql_to_statement(sql, &dialect_name)
+        })
+        .map_err(QueryError::StatementLimit)??;
         analyze::number_question_placeholders(&mut statement)
             .map_err(|e| QueryError::Invalid(DataFusionError::Plan(e)))?;
         let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
@@ -630,6 +670,12 @@ impl QueryEngine {
             Ok::<_, DataFusionError>((schema, physical))
         });
         Ok(planned.await?)
+    }
+
+    /// The bounds on a statement's text and nesting, for a protocol that parses statements
+    /// itself ([`statement_limits::parse_bounded`]).
+    pub fn statement_limits(&self) -> StatementLimits {
+        self.options.statement_limits()
     }
 
     /// How the cache of repeated statements' plans has done.

@@ -24,6 +24,7 @@ mod plan_nodes;
 mod provider;
 mod run_states;
 mod series_filter;
+pub mod statement_limits;
 mod tag_filter;
 mod time_bin;
 mod time_order_limit;

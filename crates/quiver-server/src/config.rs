@@ -166,6 +166,14 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_queued_queries: Option<usize>,
+    /// The longest statement accepted, in bytes.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sql_bytes: Option<usize>,
+    /// How deeply a statement may nest (chained operators, set operations, subqueries).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sql_depth: Option<usize>,
     /// Who may connect without a token: loopback, required or disabled.
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -259,6 +267,7 @@ impl Config {
         self.store.compaction.validate().map_err(ConfigError)?;
         self.cache.validate().map_err(ConfigError)?;
         self.requests.validate().map_err(ConfigError)?;
+        self.query.validate().map_err(ConfigError)?;
         Ok(())
     }
 
@@ -374,6 +383,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("http_addr"), "{err}");
+        for depth in ["0", "1001"] {
+            let err = Config::load(
+                None,
+                env(&[("QUIVER_MAX_SQL_DEPTH", depth)]),
+                &FlagOverrides::default(),
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("max_sql_depth must be between 1 and 1000"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
@@ -427,6 +449,8 @@ mod tests {
             "query_stall_timeout_secs",
             "max_concurrent_queries",
             "max_queued_queries",
+            "max_sql_bytes",
+            "max_sql_depth",
             "wal_fsync",
             "wal_segment_bytes",
             "wal_recovery",

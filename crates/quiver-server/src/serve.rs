@@ -61,6 +61,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("quiver")
+        .thread_stack_size(quiver_query::statement_limits::THREAD_STACK_BYTES)
         .build()
         .map_err(io_error("cannot start the async runtime"))?
         .block_on(serve(config))
@@ -116,6 +117,8 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         query_stall_timeout_secs = query_options.query_stall_timeout_secs,
         max_concurrent_queries = query_options.concurrent_queries(),
         max_queued_queries = query_options.max_queued_queries,
+        max_sql_bytes = query_options.max_sql_bytes,
+        max_sql_depth = query_options.max_sql_depth,
         "query governance"
     );
     query_options.session_setup.push(Arc::new(postgres_catalog));

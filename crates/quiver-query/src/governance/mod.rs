@@ -675,6 +675,7 @@ impl QueryRuntime {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("quiver-query")
+            .thread_stack_size(crate::statement_limits::THREAD_STACK_BYTES)
             .on_thread_start(lower_priority)
             .enable_all()
             .build()
