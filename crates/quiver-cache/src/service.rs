@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use bytes::Bytes;
@@ -128,13 +129,34 @@ enum FlightFailure {
 type FlightOutcome = Result<Arc<CachedResult>, FlightFailure>;
 type Flight = Shared<BoxFuture<'static, FlightOutcome>>;
 
+/// What identical concurrent misses share an execution by: the answer's key, and the time
+/// limit (and the setting that set it) the execution runs under, so that no caller waits
+/// under another's shorter limit nor past its own.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct FlightKey {
+    key: CacheKey,
+    timeout: Option<(Duration, &'static str)>,
+}
+
+impl FlightKey {
+    fn new(key: &CacheKey, options: &ExecuteOptions) -> Self {
+        let control = &options.control;
+        FlightKey {
+            key: key.clone(),
+            timeout: control
+                .timeout
+                .map(|limit| (limit, control.timeout_setting)),
+        }
+    }
+}
+
 /// The query engine behind the result cache: what every protocol calls.
 pub struct QueryService {
     engine: Arc<QueryEngine>,
     config: CacheConfig,
     counters: Arc<Counters>,
     entries: Entries,
-    flights: Mutex<HashMap<CacheKey, WeakShared<BoxFuture<'static, FlightOutcome>>>>,
+    flights: Mutex<HashMap<FlightKey, WeakShared<BoxFuture<'static, FlightOutcome>>>>,
     /// Analyses by database and exact SQL text: an exact repeat skips parsing (never the
     /// version check, which needs no parsing).
     analyses: Cache<String, Arc<QueryAnalysis>>,
@@ -379,16 +401,17 @@ impl QueryService {
             .table(&table.table)
     }
 
-    /// Waits for the running execution of `key`, or starts it.
+    /// Waits for the running execution of `key` under the same time limit, or starts it.
     async fn join_flight(
         self: &Arc<Self>,
         key: &CacheKey,
         analysis: Arc<QueryAnalysis>,
         options: ExecuteOptions,
     ) -> FlightOutcome {
+        let flight_key = FlightKey::new(key, &options);
         let flight: Flight = {
             let mut flights = self.flights.lock();
-            match flights.get(key).and_then(WeakShared::upgrade) {
+            match flights.get(&flight_key).and_then(WeakShared::upgrade) {
                 Some(running) => {
                     Counters::bump(&self.counters.coalesced);
                     running
@@ -397,11 +420,11 @@ impl QueryService {
                     flights.retain(|_, weak| weak.upgrade().is_some());
                     let flight = self
                         .clone()
-                        .execute_and_store(key.clone(), analysis, options)
+                        .execute_and_store(flight_key.clone(), analysis, options)
                         .boxed()
                         .shared();
                     let weak = flight.downgrade().expect("a new flight has not completed");
-                    flights.insert(key.clone(), weak);
+                    flights.insert(flight_key, weak);
                     flight
                 }
             }
@@ -413,15 +436,16 @@ impl QueryService {
     /// read changed meanwhile.
     async fn execute_and_store(
         self: Arc<Self>,
-        key: CacheKey,
+        flight_key: FlightKey,
         analysis: Arc<QueryAnalysis>,
         options: ExecuteOptions,
     ) -> FlightOutcome {
         Counters::bump(&self.counters.executions);
         let outcome = self.collect(&analysis, &options).await;
+        let key = &flight_key.key;
         if let Ok(result) = &outcome {
             let current = |t: &ScannedTable| self.current_version(t);
-            if self.entries.admit(&key, result, current) {
+            if self.entries.admit(key, result, current) {
                 Counters::bump(&self.counters.inserts);
             } else if result.size() + key.size() <= self.entries.max_entry_bytes() {
                 Counters::bump(&self.counters.not_stored_changed);
@@ -429,7 +453,7 @@ impl QueryService {
                 Counters::bump(&self.counters.too_large);
             }
         }
-        self.flights.lock().remove(&key);
+        self.flights.lock().remove(&flight_key);
         outcome
     }
 

@@ -14,6 +14,7 @@ use datafusion::common::ScalarValue;
 use quiver_cache::{
     AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict, MAX_ENCODINGS_PER_ENTRY,
 };
+use quiver_query::governance::QueryControl;
 use quiver_query::QueryParams;
 
 fn config() -> CacheConfig {
@@ -382,6 +383,44 @@ async fn sixty_four_concurrent_identical_misses_execute_once() {
     let expected = f.uncached(sql, &QueryParams::None).await;
     assert_eq!(expected.len(), 102);
     assert!(answers.iter().all(|(_, rows)| *rows == expected));
+}
+
+/// A caller never shares an execution run under another caller's time limit: one that set a
+/// short `statement_timeout` times out alone, the identical query asked meanwhile without a
+/// limit runs on to its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn identical_misses_under_different_time_limits_run_apart() {
+    let f = Arc::new(Fixture::new(config()));
+    f.write("cpu,host=a v=1 1\n").await;
+    let sql = "SELECT count(*) AS n FROM generate_series(1, 150000000) t(v) WHERE v % 7 = 0";
+    let request = |timeout: Option<Duration>| QueryRequest {
+        database: "db".into(),
+        sql: sql.into(),
+        control: QueryControl {
+            timeout,
+            timeout_setting: "statement_timeout",
+            ..QueryControl::default()
+        },
+        ..QueryRequest::default()
+    };
+    let limited = tokio::spawn({
+        let (f, request) = (f.clone(), request(Some(Duration::from_millis(200))));
+        async move { f.try_cached(request).await }
+    });
+    // the limited caller's execution is under way when the other arrives
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let unlimited = f.try_cached(request(None)).await;
+    let limited = limited.await.unwrap();
+    assert!(
+        limited
+            .as_ref()
+            .is_err_and(|e| e.contains("statement_timeout")),
+        "{limited:?}"
+    );
+    let (_, rows) = unlimited.expect("the caller without a limit gets its answer");
+    assert_eq!(rows, vec!["n:Int64".to_string(), "21428571".to_string()]);
+    let stats = f.service.stats();
+    assert_eq!((stats.executions, stats.coalesced), (2, 0), "{stats:?}");
 }
 
 #[tokio::test]
