@@ -53,6 +53,10 @@ struct Args {
     /// Only these shapes (by name), all if empty.
     #[arg(long, value_delimiter = ',')]
     shapes: Vec<String>,
+    /// Print each shape's statement in Quiver's SQL, one per line, and stop (after loading,
+    /// if asked): statements for `scripts/query-latency.py`, no QuestDB needed.
+    #[arg(long)]
+    print_statements: bool,
 }
 
 /// Which servers `--load` writes the rows to.
@@ -98,6 +102,12 @@ async fn run(args: Args) {
         .into_iter()
         .filter(|s| args.shapes.is_empty() || args.shapes.iter().any(|n| n == s.name))
         .collect();
+    if args.print_statements {
+        for shape in &shapes {
+            println!("{}", shape.quiver);
+        }
+        return;
+    }
     println!("## fresh: Quiver's rows still in its write buffer");
     compare(&client, &args, &shapes).await;
     let started = Instant::now();
@@ -139,22 +149,25 @@ async fn load(client: &reqwest::Client, args: &Args) {
     }
     let expected = args.rows as u64;
     let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let (_, rows) = questdb_query(client, args, "SELECT count(*) FROM cpu").await;
-        let count = rows
-            .first()
-            .and_then(|row| row.first())
-            .and_then(|v| v.as_u64());
-        if count == Some(expected) {
-            break;
+    // QuestDB applies its writes later: wait for them, where it was written to
+    if args.load == Load::Both {
+        loop {
+            let (_, rows) = questdb_query(client, args, "SELECT count(*) FROM cpu").await;
+            let count = rows
+                .first()
+                .and_then(|row| row.first())
+                .and_then(|v| v.as_u64());
+            if count == Some(expected) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "QuestDB holds {count:?} rows, not {expected}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "QuestDB holds {count:?} rows, not {expected}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    println!(
+    eprintln!(
         "loaded {} rows in {:.1} s (request time: Quiver {quiver_s:.1} s, QuestDB {questdb_s:.1} s; \
          QuestDB applied them all after {:.1} s)",
         args.rows,

@@ -395,6 +395,9 @@ impl Governor {
             + Send
             + 'static,
     {
+        if cfg!(feature = "ungoverned") {
+            return ungoverned(admitted, base, schema, execute);
+        }
         let env = admitted.runtime_env(base, self.limits.query_memory_bytes);
         if placement == Placement::Inline {
             let stream = inline(admitted, execute(env));
@@ -424,6 +427,35 @@ impl Governor {
         ));
         QueryOutput { schema, stream }
     }
+}
+
+/// The benchmark baseline of the `ungoverned` feature: the query runs on the caller's task,
+/// in the engine's shared memory pool, released from admission at once (nothing lists,
+/// limits or stops it but its caller going away).
+fn ungoverned<E>(
+    admitted: Admitted,
+    base: &RuntimeEnv,
+    schema: SchemaRef,
+    execute: E,
+) -> QueryOutput
+where
+    E: FnOnce(Arc<RuntimeEnv>) -> Result<SendableRecordBatchStream, DataFusionError>,
+{
+    drop(admitted);
+    let env = Arc::new(RuntimeEnv {
+        memory_pool: base.memory_pool.clone(),
+        disk_manager: base.disk_manager.clone(),
+        cache_manager: base.cache_manager.clone(),
+        object_store_registry: base.object_store_registry.clone(),
+    });
+    let stream = match execute(env) {
+        Ok(stream) => stream,
+        Err(e) => Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            futures::stream::once(async { Err(e) }),
+        )),
+    };
+    QueryOutput { schema, stream }
 }
 
 /// Where a query's plan is driven.
