@@ -99,7 +99,7 @@ def timings(build: str) -> dict[str, list[float]]:
                 found.setdefault("cold " + cells[0], []).append(float(cells[1]))
                 found.setdefault("cached " + cells[0], []).append(float(cells[2]))
             elif " ms " in line:  # query-latency: 1.23 ms 4 rows  SQL
-                found.setdefault("tsbs " + line.split("  ", 1)[1][:70], []).append(
+                found.setdefault("tsbs " + line.split("  ", 1)[1], []).append(
                     float(line.split()[0]))
     return found
 
@@ -111,7 +111,7 @@ ratios: dict[str, list[float]] = {}
 for name, times in governed.items():
     on, off = statistics.median(times), statistics.median(ungoverned[name])
     ratios.setdefault(name.split()[0], []).append(on / off)
-    print(f"| {name} | {on:.3f} | {off:.3f} | {on / off:.3f} |")
+    print(f"| {name[:90]} | {on:.3f} | {off:.3f} | {on / off:.3f} |")
 for kind, values in ratios.items():
     geomean = math.exp(sum(map(math.log, values)) / len(values))
     print(f"geometric mean of the {kind} ratios: {geomean:.3f} ({len(values)} statements)")
