@@ -84,10 +84,9 @@ impl StatementParser {
         }
     }
 
-    /// The statements of `sql` (none for an empty or comment-only string); `42601` if it is
-    /// not valid SQL.
-    /// Parses (and rewrites for compatibility) `sql`, within the engine's bounds on a
-    /// statement's length and nesting.
+    /// The statements of `sql` (none for an empty or comment-only string), parsed and
+    /// rewritten for compatibility within the engine's bounds on a statement's length and
+    /// nesting: `42601` if it is not valid SQL, `54000` / `54001` past a bound.
     fn parse(&self, sql: &str) -> PgWireResult<Vec<SqlStatement>> {
         let limits = self.queries.engine().statement_limits();
         parse_bounded(sql, limits, |sql| self.sql.parse(sql))

@@ -139,6 +139,14 @@ impl QueryOptions {
 
     /// Checks the settings that have bounds of their own.
     pub fn validate(&self) -> Result<(), String> {
+        let longest = statement_limits::MAX_SQL_BYTES;
+        if !(1..=longest).contains(&self.max_sql_bytes) {
+            return Err(format!(
+                "max_sql_bytes must be between 1 and {longest} (a long statement is parsed on \
+                 a stack sized by its length), got {}",
+                self.max_sql_bytes
+            ));
+        }
         let most = statement_limits::MAX_SQL_DEPTH;
         if !(1..=most).contains(&self.max_sql_depth) {
             return Err(format!(
@@ -419,6 +427,9 @@ pub struct ExecuteOptions {
 impl QueryEngine {
     /// An engine over `store`.
     pub fn new(store: Arc<Store>, options: QueryOptions) -> Result<Self, QueryError> {
+        options
+            .validate()
+            .map_err(|e| QueryError::Invalid(DataFusionError::Configuration(e)))?;
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.memory_limit_bytes, 1.0)
             .with_disk_manager_builder(

@@ -12,16 +12,30 @@
 //! of text), so that measuring and freeing it cannot overflow either; one too short to be
 //! that deep is parsed where it is, at no extra cost. (Nesting through parentheses and
 //! subqueries is bounded earlier, by the parser's own recursion limit.)
+//!
+//! The levels counted are those of expressions (with the types they cast to), queries and
+//! their set operations, the tables and joins of each `FROM`, and `MATCH_RECOGNIZE`
+//! patterns. Anything else the parser can nest (a type in a column definition or a table
+//! alias, a form not foreseen here) is caught by a second, generic measure on long text: the
+//! stack that a walk over every node of the tree takes ([`WALK_STACK_LIMIT`]).
 
+use std::hash::{Hash, Hasher};
 use std::ops::ControlFlow;
 
 use datafusion::sql::parser::{CopyToSource, Statement as DFStatement};
-use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Statement, Visit, Visitor};
+use datafusion::sql::sqlparser::ast::{
+    ArrayElemTypeDef, DataType, Expr, MatchRecognizePattern, Query, SetExpr, Statement,
+    TableFactor, Visit, Visitor,
+};
 
 /// The deepest nesting `max_sql_depth` may allow: what every recursive walk of a statement
 /// and its plans (planning, optimizing, evaluating, dropping) was tested to take within
 /// [`THREAD_STACK_BYTES`].
 pub const MAX_SQL_DEPTH: usize = 1000;
+
+/// The longest statement `max_sql_bytes` may allow: one this long is parsed on a stack of
+/// about a GiB of address space (see `stack_for`; only what is touched is backed).
+pub const MAX_SQL_BYTES: usize = 4 << 20;
 
 /// The stack of each thread that parses, plans or runs queries (the server's runtimes); only
 /// what a thread touches is backed by memory.
@@ -66,13 +80,77 @@ pub trait Nested {
     /// Whether some part of it is nested more than `limit` levels deep; stops looking (and
     /// recursing) once it is.
     fn deeper_than(&self, limit: usize) -> bool;
+
+    /// Calls `walk` with every tree it holds (a walk over every node, see [`StackProbe`]).
+    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree));
+}
+
+/// A tree whose every node a derived `Hash` visits.
+pub trait HashTree {
+    /// Feeds every node to `hasher`.
+    fn feed(&self, hasher: &mut StackProbe);
+}
+
+impl<T: Hash> HashTree for T {
+    fn feed(&self, hasher: &mut StackProbe) {
+        self.hash(hasher);
+    }
+}
+
+/// Stack a walk over every node of a statement (its derived `Hash`, the leanest recursive
+/// walk it has) may take on long text before the statement is refused as too deep. A chain
+/// at `max_sql_depth` takes well under a tenth of it even unoptimized; a nesting the level
+/// count does not see would have to be tens of thousands deep to pass it, which the other
+/// walks (cloning, printing, planning, freeing) still do within [`THREAD_STACK_BYTES`].
+pub const WALK_STACK_LIMIT: usize = 2 << 20;
+
+/// A hasher that hashes nothing but notes how deep the stack went while it was fed.
+pub struct StackProbe {
+    start: usize,
+    deepest: usize,
+}
+
+impl StackProbe {
+    /// The stack a walk over `tree` took, in bytes (0 where the stack cannot be measured).
+    fn measure(tree: &dyn HashTree) -> usize {
+        let Some(start) = stacker::remaining_stack() else {
+            return 0;
+        };
+        let mut probe = StackProbe { start, deepest: 0 };
+        tree.feed(&mut probe);
+        probe.deepest
+    }
+}
+
+impl Hasher for StackProbe {
+    fn finish(&self) -> u64 {
+        0
+    }
+
+    fn write(&mut self, _bytes: &[u8]) {
+        if let Some(remaining) = stacker::remaining_stack() {
+            self.deepest = self.deepest.max(self.start.saturating_sub(remaining));
+        }
+    }
+}
+
+/// Whether `parsed` is too deep for `limit`: by its count of levels, or by the stack a walk
+/// over all of it takes.
+fn too_deep<T: Nested>(parsed: &T, limit: usize) -> bool {
+    if parsed.deeper_than(limit) {
+        return true;
+    }
+    let mut deepest = 0;
+    parsed.each_tree(&mut |tree| deepest = deepest.max(StackProbe::measure(tree)));
+    deepest > WALK_STACK_LIMIT
 }
 
 /// Bytes of stack to parse, measure and drop a statement of `len` bytes on: room for a level
-/// of nesting per two bytes at a generous 1 KiB a level (unoptimized builds take several
-/// hundred bytes for some), and 1 MiB besides. Only what is touched is ever backed by memory.
+/// of nesting per byte at 256 bytes a level (freeing a level takes far less even
+/// unoptimized), and 4 MiB besides (the measures stop at their limits). Only what is touched
+/// is ever backed by memory.
 fn stack_for(len: usize) -> usize {
-    (len / 2).saturating_mul(1024).saturating_add(1 << 20)
+    len.saturating_mul(256).saturating_add(4 << 20)
 }
 
 /// Parses `sql` with `parse` within `limits`: refused unread if too long; refused (and
@@ -95,7 +173,7 @@ pub fn parse_bounded<T: Nested>(
     }
     stacker::grow(stack_for(sql.len()), || {
         let parsed = parse(sql);
-        if parsed.deeper_than(limits.max_depth) {
+        if too_deep(&parsed, limits.max_depth) {
             // freed here, on this stack: dropping a deep tree recurses as deep
             drop(parsed);
             return Err(StatementLimit::TooDeep {
@@ -110,6 +188,10 @@ impl Nested for Statement {
     fn deeper_than(&self, limit: usize) -> bool {
         let mut depth = Depth::new(limit);
         self.visit(&mut depth).is_break()
+    }
+
+    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
+        walk(self)
     }
 }
 
@@ -133,11 +215,33 @@ impl Nested for DFStatement {
         };
         visited.is_break()
     }
+
+    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
+        match self {
+            DFStatement::Statement(statement) => walk(statement),
+            DFStatement::Explain(explain) => explain.statement.each_tree(walk),
+            DFStatement::CopyTo(copy) => match &copy.source {
+                CopyToSource::Query(query) => walk(query),
+                CopyToSource::Relation(name) => walk(name),
+            },
+            DFStatement::CreateExternalTable(create) => {
+                walk(&create.columns);
+                walk(&create.order_exprs);
+            }
+            DFStatement::Reset(_) => {}
+        }
+    }
 }
 
 impl<T: Nested> Nested for Vec<T> {
     fn deeper_than(&self, limit: usize) -> bool {
         self.iter().any(|item| item.deeper_than(limit))
+    }
+
+    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
+        for item in self {
+            item.each_tree(walk);
+        }
     }
 }
 
@@ -147,6 +251,12 @@ impl<T: Nested, E> Nested for Result<T, E> {
     fn deeper_than(&self, limit: usize) -> bool {
         self.as_ref().is_ok_and(|parsed| parsed.deeper_than(limit))
     }
+
+    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
+        if let Ok(parsed) = self {
+            parsed.each_tree(walk);
+        }
+    }
 }
 
 /// Counts the levels of nesting on the way down a statement and breaks off once past the
@@ -154,8 +264,8 @@ impl<T: Nested, E> Nested for Result<T, E> {
 struct Depth {
     current: usize,
     limit: usize,
-    /// The levels each query being visited added (itself and its set operations).
-    queries: Vec<usize>,
+    /// The levels each node being visited added, innermost last (popped on the way back).
+    entered: Vec<usize>,
 }
 
 impl Depth {
@@ -163,11 +273,12 @@ impl Depth {
         Depth {
             current: 0,
             limit,
-            queries: Vec::new(),
+            entered: Vec::new(),
         }
     }
 
     fn enter(&mut self, levels: usize) -> ControlFlow<()> {
+        self.entered.push(levels);
         self.current += levels;
         if self.current > self.limit {
             ControlFlow::Break(())
@@ -175,45 +286,139 @@ impl Depth {
             ControlFlow::Continue(())
         }
     }
+
+    fn leave(&mut self) -> ControlFlow<()> {
+        self.current -= self.entered.pop().unwrap_or(0);
+        ControlFlow::Continue(())
+    }
 }
 
 impl Visitor for Depth {
     type Break = ();
 
-    /// A query, and its chain of set operations (`UNION`, `EXCEPT`, `INTERSECT`): the visit
-    /// would descend that chain before any expression in it, so its depth is measured here,
-    /// without recursion, first.
+    /// A query, its chain of set operations (`UNION`, `EXCEPT`, `INTERSECT`) and the tables
+    /// and joins of its `FROM`s: the visit would descend that chain before any expression in
+    /// it, so its depth is measured here, without recursion, first.
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
-        let levels = 1 + set_operation_depth(&query.body);
-        self.queries.push(levels);
-        self.enter(levels)
+        self.enter(1 + body_depth(&query.body))
     }
 
     fn post_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
-        self.current -= self.queries.pop().unwrap_or(0);
-        ControlFlow::Continue(())
+        self.leave()
     }
 
-    fn pre_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
-        self.enter(1)
+    /// An expression, and the type it casts to (`1::INT[][]…` nests in the type).
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+        self.enter(1 + expr_type_depth(expr))
     }
 
     fn post_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
-        self.current -= 1;
-        ControlFlow::Continue(())
+        self.leave()
+    }
+
+    /// A table, and a `MATCH_RECOGNIZE` pattern (`PATTERN (a*****…)` nests in the pattern).
+    fn pre_visit_table_factor(&mut self, table: &TableFactor) -> ControlFlow<()> {
+        let pattern = match table {
+            TableFactor::MatchRecognize { pattern, .. } => pattern_depth(pattern),
+            _ => 0,
+        };
+        self.enter(pattern)
+    }
+
+    fn post_visit_table_factor(&mut self, _table: &TableFactor) -> ControlFlow<()> {
+        self.leave()
     }
 }
 
-/// How deeply set operations nest in `body` (0 for a plain `SELECT`), found with a stack of
-/// its own rather than recursion.
-fn set_operation_depth(body: &SetExpr) -> usize {
+/// How deeply set operations nest in `body`, with the tables and joins of each `FROM` (a
+/// planner joins them one after the other: a plan as deep as they are many), found with a
+/// stack of its own rather than recursion. 0 for `SELECT 1`.
+fn body_depth(body: &SetExpr) -> usize {
     let mut deepest = 0;
     let mut pending = vec![(body, 0)];
     while let Some((expr, depth)) = pending.pop() {
+        match expr {
+            SetExpr::SetOperation { left, right, .. } => {
+                pending.push((left, depth + 1));
+                pending.push((right, depth + 1));
+            }
+            SetExpr::Select(select) => {
+                let joined: usize = select.from.iter().map(|t| t.joins.len()).sum();
+                let tables = (select.from.len() + joined).saturating_sub(1);
+                deepest = deepest.max(depth + tables);
+            }
+            _ => deepest = deepest.max(depth),
+        }
+    }
+    deepest
+}
+
+/// How deeply the type an expression casts to (or declares) nests.
+fn expr_type_depth(expr: &Expr) -> usize {
+    match expr {
+        Expr::Cast { data_type, .. } => type_depth(data_type),
+        Expr::Convert {
+            data_type: Some(data_type),
+            ..
+        } => type_depth(data_type),
+        Expr::TypedString(typed) => type_depth(&typed.data_type),
+        Expr::Struct { fields, .. } => fields
+            .iter()
+            .map(|field| 1 + type_depth(&field.field_type))
+            .max()
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// How deeply `data_type` nests (0 for `INT`, 1 for `INT[]`), found without recursion.
+fn type_depth(data_type: &DataType) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(data_type, 0)];
+    while let Some((data_type, depth)) = pending.pop() {
         deepest = deepest.max(depth);
-        if let SetExpr::SetOperation { left, right, .. } = expr {
-            pending.push((left, depth + 1));
-            pending.push((right, depth + 1));
+        let depth = depth + 1;
+        match data_type {
+            DataType::Array(
+                ArrayElemTypeDef::AngleBracket(inner)
+                | ArrayElemTypeDef::SquareBracket(inner, _)
+                | ArrayElemTypeDef::Parenthesis(inner),
+            )
+            | DataType::Nullable(inner)
+            | DataType::LowCardinality(inner) => pending.push((inner, depth)),
+            DataType::Map(key, value) => {
+                pending.push((key, depth));
+                pending.push((value, depth));
+            }
+            DataType::Struct(fields, _) | DataType::Tuple(fields) => {
+                pending.extend(fields.iter().map(|f| (&f.field_type, depth)));
+            }
+            DataType::Union(fields) => {
+                pending.extend(fields.iter().map(|f| (&f.field_type, depth)));
+            }
+            DataType::Nested(columns) | DataType::Table(Some(columns)) => {
+                pending.extend(columns.iter().map(|c| (&c.data_type, depth)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// How deeply a `MATCH_RECOGNIZE` pattern nests, found without recursion.
+fn pattern_depth(pattern: &MatchRecognizePattern) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(pattern, 0)];
+    while let Some((pattern, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        match pattern {
+            MatchRecognizePattern::Group(inner) | MatchRecognizePattern::Repetition(inner, _) => {
+                pending.push((inner, depth + 1))
+            }
+            MatchRecognizePattern::Concat(inner) | MatchRecognizePattern::Alternation(inner) => {
+                pending.extend(inner.iter().map(|p| (p, depth + 1)))
+            }
+            _ => {}
         }
     }
     deepest
@@ -254,10 +459,11 @@ mod tests {
             .join(operator)
     }
 
-    /// Statements nested `levels` deep, of each kind of chain.
+    /// Statements nested `levels` deep, of each kind of chain (each long enough to be
+    /// measured, not let through by its length).
     fn deep(levels: usize) -> Vec<String> {
         vec![
-            format!("SELECT {}", vec!["1"; levels].join("+")),
+            format!("SELECT {}", vec!["10"; levels].join("+")),
             format!("SELECT 1 WHERE {}", chain(" OR ", levels)),
             vec!["SELECT 1"; levels].join(" UNION ALL "),
             format!(
@@ -266,16 +472,52 @@ mod tests {
             ),
             format!(
                 "SELECT x FROM t WHERE x IN (SELECT {})",
-                vec!["x"; levels].join("||")
+                vec!["xy"; levels].join("||")
             ),
-            format!("EXPLAIN SELECT {}", vec!["1"; levels].join("*")),
+            format!("EXPLAIN SELECT {}", vec!["10"; levels].join("*")),
             format!("SELECT 1{}", "::INT".repeat(levels)),
+            format!("SELECT CAST(1 AS INT{})", "[ ]".repeat(levels)),
+            format!("SELECT 1::INT{}", "[ ]".repeat(levels)),
+            format!(
+                "SELECT 1 FROM {}",
+                (0..levels)
+                    .map(|i| format!("t{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!("SELECT 1 FROM t{}", " CROSS JOIN t".repeat(levels)),
         ]
+    }
+
+    /// Nestings the level count does not look into (a type in a column definition or a
+    /// table alias) are caught by the stack their walk takes.
+    #[test]
+    fn nestings_outside_expressions_are_caught_by_their_walk() {
+        let column = format!("CREATE TABLE t (a INT{})", "[ ]".repeat(200_000));
+        assert!(postgres(&column).unwrap_err().contains("max_sql_depth"));
+        assert!(datafusion(&column).unwrap_err().contains("max_sql_depth"));
+        let alias = format!(
+            "SELECT 1 FROM generate_series(1, 2) AS g(v INT{})",
+            "[ ]".repeat(200_000)
+        );
+        assert!(datafusion(&alias).unwrap_err().contains("max_sql_depth"));
+        let pattern = format!(
+            "SELECT * FROM t MATCH_RECOGNIZE (PATTERN (a{}) DEFINE a AS true)",
+            "*".repeat(3_000)
+        );
+        assert!(datafusion(&pattern).unwrap_err().contains("max_sql_depth"));
+        let shallow = format!("CREATE TABLE t (a INT{})", "[ ]".repeat(900));
+        assert!(postgres(&shallow).is_ok());
     }
 
     #[test]
     fn statements_within_the_depth_are_parsed_and_deeper_ones_refused() {
         for sql in deep(LIMITS.max_depth - 10) {
+            assert!(
+                sql.len() / 2 + 2 > LIMITS.max_depth,
+                "measured: {}",
+                &sql[..60]
+            );
             assert!(datafusion(&sql).is_ok(), "{}", &sql[..60]);
             assert!(postgres(&sql).is_ok(), "{}", &sql[..60]);
         }
@@ -315,8 +557,15 @@ mod tests {
     #[test]
     fn very_deep_statements_are_refused_without_exhausting_the_stack() {
         for sql in deep(100_000) {
-            assert!(datafusion(&sql).unwrap_err().contains("max_sql_depth"));
-            assert!(postgres(&sql).unwrap_err().contains("max_sql_depth"));
+            let short = &sql[..60];
+            assert!(
+                datafusion(&sql).unwrap_err().contains("max_sql_depth"),
+                "{short}"
+            );
+            assert!(
+                postgres(&sql).unwrap_err().contains("max_sql_depth"),
+                "{short}"
+            );
         }
         let broken = format!("SELECT {} +", vec!["1"; 100_000].join("+"));
         assert!(datafusion(&broken).unwrap_err().contains("Expected"));
@@ -345,12 +594,12 @@ mod tests {
     }
 
     #[test]
-    fn set_operations_nest_as_deep_as_their_longest_branch() {
+    fn set_operations_and_joins_nest_as_deep_as_their_longest_branch() {
         let parse = |sql: &str| match Parser::parse_sql(&PostgreSqlDialect {}, sql)
             .unwrap()
             .remove(0)
         {
-            Statement::Query(query) => set_operation_depth(&query.body),
+            Statement::Query(query) => body_depth(&query.body),
             other => panic!("{other}"),
         };
         assert_eq!(parse("SELECT 1"), 0);
@@ -360,5 +609,7 @@ mod tests {
             parse("SELECT 1 UNION SELECT 2 INTERSECT SELECT 3 INTERSECT SELECT 4"),
             3
         );
+        assert_eq!(parse("SELECT 1 FROM a, b JOIN c ON true JOIN d ON true"), 3);
+        assert_eq!(parse("SELECT 1 FROM a UNION SELECT 2 FROM b, c, d"), 3);
     }
 }

@@ -383,6 +383,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("http_addr"), "{err}");
+        for bytes in ["0", "4194305"] {
+            let err = Config::load(
+                None,
+                env(&[("QUIVER_MAX_SQL_BYTES", bytes)]),
+                &FlagOverrides::default(),
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("max_sql_bytes must be between 1 and 4194304"),
+                "{err}"
+            );
+        }
         for depth in ["0", "1001"] {
             let err = Config::load(
                 None,
