@@ -3,8 +3,9 @@
 //! read.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use bytes::Bytes;
@@ -15,7 +16,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use moka::sync::Cache;
 use parking_lot::Mutex;
 use quiver_model::AccessScope;
-use quiver_query::governance::QueryControl;
+use quiver_query::governance::{QueryControl, StopReason};
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
     ScannedTable,
@@ -129,24 +130,24 @@ enum FlightFailure {
 type FlightOutcome = Result<Arc<CachedResult>, FlightFailure>;
 type Flight = Shared<BoxFuture<'static, FlightOutcome>>;
 
-/// What identical concurrent misses share an execution by: the answer's key, and the time
-/// limit (and the setting that set it) the execution runs under, so that no caller waits
-/// under another's shorter limit nor past its own.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct FlightKey {
-    key: CacheKey,
-    timeout: Option<(Duration, &'static str)>,
+/// A running execution of a missed query that identical misses may join: one whose time
+/// limit ends no earlier than theirs (none ends never), so that no caller waits under
+/// another's shorter limit; each caller still waits no longer than its own limit.
+struct RunningFlight {
+    id: u64,
+    deadline: Option<Instant>,
+    flight: WeakShared<BoxFuture<'static, FlightOutcome>>,
 }
 
-impl FlightKey {
-    fn new(key: &CacheKey, options: &ExecuteOptions) -> Self {
-        let control = &options.control;
-        FlightKey {
-            key: key.clone(),
-            timeout: control
-                .timeout
-                .map(|limit| (limit, control.timeout_setting)),
-        }
+impl RunningFlight {
+    /// This execution, if it is still running and lasts at least until `deadline`.
+    fn joinable(&self, deadline: Option<Instant>) -> Option<Flight> {
+        let lasts = match (self.deadline, deadline) {
+            (None, _) => true,
+            (Some(ends), Some(needed)) => ends >= needed,
+            (Some(_), None) => false,
+        };
+        lasts.then(|| self.flight.upgrade()).flatten()
     }
 }
 
@@ -156,7 +157,8 @@ pub struct QueryService {
     config: CacheConfig,
     counters: Arc<Counters>,
     entries: Entries,
-    flights: Mutex<HashMap<FlightKey, WeakShared<BoxFuture<'static, FlightOutcome>>>>,
+    flights: Mutex<HashMap<CacheKey, Vec<RunningFlight>>>,
+    next_flight: AtomicU64,
     /// Analyses by database and exact SQL text: an exact repeat skips parsing (never the
     /// version check, which needs no parsing).
     analyses: Cache<String, Arc<QueryAnalysis>>,
@@ -172,6 +174,7 @@ impl QueryService {
             config,
             counters,
             flights: Mutex::new(HashMap::new()),
+            next_flight: AtomicU64::new(0),
             analyses: Cache::builder()
                 .max_capacity(32 << 20)
                 .weigher(|k: &String, _: &Arc<QueryAnalysis>| {
@@ -401,51 +404,74 @@ impl QueryService {
             .table(&table.table)
     }
 
-    /// Waits for the running execution of `key` under the same time limit, or starts it.
+    /// Waits for a running execution of `key` that lasts at least as long as this caller's
+    /// time limit, or starts one; either way for no longer than that limit.
     async fn join_flight(
         self: &Arc<Self>,
         key: &CacheKey,
         analysis: Arc<QueryAnalysis>,
         options: ExecuteOptions,
     ) -> FlightOutcome {
-        let flight_key = FlightKey::new(key, &options);
+        let control = options.control.clone();
+        let deadline = control
+            .timeout
+            .and_then(|limit| Instant::now().checked_add(limit));
         let flight: Flight = {
             let mut flights = self.flights.lock();
-            match flights.get(&flight_key).and_then(WeakShared::upgrade) {
-                Some(running) => {
+            flights.retain(|_, running| {
+                running.retain(|r| r.flight.upgrade().is_some());
+                !running.is_empty()
+            });
+            let running = flights.entry(key.clone()).or_default();
+            match running.iter().find_map(|r| r.joinable(deadline)) {
+                Some(flight) => {
                     Counters::bump(&self.counters.coalesced);
-                    running
+                    flight
                 }
                 None => {
-                    flights.retain(|_, weak| weak.upgrade().is_some());
+                    let id = self.next_flight.fetch_add(1, Ordering::Relaxed);
                     let flight = self
                         .clone()
-                        .execute_and_store(flight_key.clone(), analysis, options)
+                        .execute_and_store((key.clone(), id), analysis, options)
                         .boxed()
                         .shared();
                     let weak = flight.downgrade().expect("a new flight has not completed");
-                    flights.insert(flight_key, weak);
+                    running.push(RunningFlight {
+                        id,
+                        deadline,
+                        flight: weak,
+                    });
                     flight
                 }
             }
         };
-        flight.await
+        let (Some(deadline), Some(limit)) = (deadline, control.timeout) else {
+            return flight.await;
+        };
+        match tokio::time::timeout_at(deadline.into(), flight).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(FlightFailure::Query(Arc::new(QueryError::Stopped(
+                StopReason::TimedOut {
+                    limit,
+                    setting: control.timeout_setting,
+                },
+            )))),
+        }
     }
 
     /// Runs a missed query, collects it (up to the entry limit) and stores it if no table it
-    /// read changed meanwhile.
+    /// read changed meanwhile; the execution is then no longer joinable.
     async fn execute_and_store(
         self: Arc<Self>,
-        flight_key: FlightKey,
+        (key, id): (CacheKey, u64),
         analysis: Arc<QueryAnalysis>,
         options: ExecuteOptions,
     ) -> FlightOutcome {
         Counters::bump(&self.counters.executions);
         let outcome = self.collect(&analysis, &options).await;
-        let key = &flight_key.key;
         if let Ok(result) = &outcome {
             let current = |t: &ScannedTable| self.current_version(t);
-            if self.entries.admit(key, result, current) {
+            if self.entries.admit(&key, result, current) {
                 Counters::bump(&self.counters.inserts);
             } else if result.size() + key.size() <= self.entries.max_entry_bytes() {
                 Counters::bump(&self.counters.not_stored_changed);
@@ -453,7 +479,9 @@ impl QueryService {
                 Counters::bump(&self.counters.too_large);
             }
         }
-        self.flights.lock().remove(&flight_key);
+        if let Some(running) = self.flights.lock().get_mut(&key) {
+            running.retain(|r| r.id != id);
+        }
         outcome
     }
 

@@ -385,9 +385,10 @@ async fn sixty_four_concurrent_identical_misses_execute_once() {
     assert!(answers.iter().all(|(_, rows)| *rows == expected));
 }
 
-/// A caller never shares an execution run under another caller's time limit: one that set a
-/// short `statement_timeout` times out alone, the identical query asked meanwhile without a
-/// limit runs on to its answer.
+/// A caller never shares an execution run under a shorter time limit than its own: one that
+/// set a short `statement_timeout` times out alone, the identical query asked meanwhile
+/// without a limit runs on to its answer; the other way round, the limited caller shares the
+/// unlimited execution and stops waiting at its own limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn identical_misses_under_different_time_limits_run_apart() {
     let f = Arc::new(Fixture::new(config()));
@@ -421,6 +422,29 @@ async fn identical_misses_under_different_time_limits_run_apart() {
     assert_eq!(rows, vec!["n:Int64".to_string(), "21428571".to_string()]);
     let stats = f.service.stats();
     assert_eq!((stats.executions, stats.coalesced), (2, 0), "{stats:?}");
+
+    // the other way round, the caller with a limit joins the execution that has none (it
+    // lasts long enough) and still stops waiting at its own limit; the execution goes on
+    let f = Arc::new(Fixture::new(config()));
+    f.write("cpu,host=a v=1 1\n").await;
+    let unlimited = tokio::spawn({
+        let (f, request) = (f.clone(), request(None));
+        async move { f.try_cached(request).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let limited = f
+        .try_cached(request(Some(Duration::from_millis(200))))
+        .await;
+    assert!(
+        limited
+            .as_ref()
+            .is_err_and(|e| e.contains("200ms (statement_timeout)")),
+        "{limited:?}"
+    );
+    let (_, rows) = unlimited.await.unwrap().expect("the execution went on");
+    assert_eq!(rows, vec!["n:Int64".to_string(), "21428571".to_string()]);
+    let stats = f.service.stats();
+    assert_eq!((stats.executions, stats.coalesced), (1, 1), "{stats:?}");
 }
 
 #[tokio::test]
