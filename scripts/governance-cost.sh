@@ -6,11 +6,11 @@
 #
 # Each round runs each build (in alternating order) through quiver-govbench's `latency`
 # (`SELECT 1` and two queries over 100,000 rows, cold and cached, on a fresh directory), then
-# the nine TSBS shapes over ROWS persisted rows (scripts/query-latency.py: median of 15 per
-# statement, result cache off). It ends with each statement's governed / ungoverned ratio of
-# the medians over the rounds, and their geometric mean.
+# `SELECT 1` and the nine TSBS shapes over ROWS persisted rows (scripts/query-latency.py:
+# median of 15 per statement, result cache off). It ends with each statement's governed /
+# ungoverned ratio of the medians over the rounds, and their geometric mean.
 #
-# Builds both first (release: the ungoverned one, then the default one).
+# Builds both first (release: the ungoverned server, the default one, then the tools).
 # Usage: scripts/governance-cost.sh [ROUNDS=3] [ROWS=1000000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +28,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# each server built alone (building it beside quiver-bench could unify other features into
+# it), the benchmark tools last
 cargo build --release -p quiver-server --features quiver-query/ungoverned
 cp "$TARGET/release/quiver" "$work/quiver-ungoverned"
-cargo build --release -p quiver-server -p quiver-bench
+cargo build --release -p quiver-server
 cp "$TARGET/release/quiver" "$work/quiver-governed"
+cargo build --release -p quiver-bench
 
 # start BINARY DATA_DIR [VAR=VALUE...]: a server on $ADDR, once it answers
 start() {
