@@ -6,7 +6,8 @@ use arrow::array::{
     Array, ArrayRef, AsArray, DictionaryArray, Float64Array, RecordBatch, StringArray,
     TimestampNanosecondArray,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Schema, TimeUnit};
+use arrow::datatypes::{DataType, Int32Type};
+use quiver_model::schema::DecodedTable;
 
 use crate::table::time_column;
 
@@ -15,30 +16,20 @@ pub(crate) type Row<'a> = (Option<&'a str>, i64, Option<f64>);
 /// A row as read back.
 pub(crate) type OwnedRow = (Option<String>, i64, Option<f64>);
 
-/// A batch of `rows`.
+/// A batch of `rows`, in the data model's types.
 pub(crate) fn batch(rows: &[Row]) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new(
-            "host",
-            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-            true,
-        ),
-        Field::new(
-            "time",
-            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
-            false,
-        ),
-        Field::new("v", DataType::Float64, true),
-    ]));
     let host: DictionaryArray<Int32Type> = rows.iter().map(|r| r.0).collect();
     let time = TimestampNanosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())
         .with_timezone("UTC");
     let v = Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>());
-    RecordBatch::try_new(
-        schema,
-        vec![Arc::new(host) as ArrayRef, Arc::new(time), Arc::new(v)],
-    )
-    .unwrap()
+    let columns: Vec<(String, ArrayRef)> = vec![
+        ("host".into(), Arc::new(host)),
+        ("time".into(), Arc::new(time)),
+        ("v".into(), Arc::new(v)),
+    ];
+    DecodedTable::from_columns("t".into(), columns)
+        .unwrap()
+        .batch
 }
 
 /// The rows of a batch of [`batch`]'s schema.
