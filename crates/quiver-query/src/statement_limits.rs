@@ -81,20 +81,9 @@ pub trait Nested {
     /// recursing) once it is.
     fn deeper_than(&self, limit: usize) -> bool;
 
-    /// Calls `walk` with every tree it holds (a walk over every node, see [`StackProbe`]).
-    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree));
-}
-
-/// A tree whose every node a derived `Hash` visits.
-pub trait HashTree {
-    /// Feeds every node to `hasher`.
-    fn feed(&self, hasher: &mut StackProbe);
-}
-
-impl<T: Hash> HashTree for T {
-    fn feed(&self, hasher: &mut StackProbe) {
-        self.hash(hasher);
-    }
+    /// The most stack a walk over every node of a tree it holds takes, in bytes (see
+    /// [`walk_stack_bytes`]).
+    fn walk_stack_bytes(&self) -> usize;
 }
 
 /// Stack a walk over every node of a statement (its derived `Hash`, the leanest recursive
@@ -104,22 +93,22 @@ impl<T: Hash> HashTree for T {
 /// walks (cloning, printing, planning, freeing) still do within [`THREAD_STACK_BYTES`].
 pub const WALK_STACK_LIMIT: usize = 2 << 20;
 
-/// A hasher that hashes nothing but notes how deep the stack went while it was fed.
-pub struct StackProbe {
-    start: usize,
-    deepest: usize,
+/// The stack a walk over every node of `tree` (its derived `Hash`) takes, in bytes: a
+/// hasher that hashes nothing notes how deep the stack is at every node it is fed (0 where
+/// the stack cannot be measured).
+fn walk_stack_bytes(tree: &impl Hash) -> usize {
+    let Some(start) = stacker::remaining_stack() else {
+        return 0;
+    };
+    let mut probe = StackProbe { start, deepest: 0 };
+    tree.hash(&mut probe);
+    probe.deepest
 }
 
-impl StackProbe {
-    /// The stack a walk over `tree` took, in bytes (0 where the stack cannot be measured).
-    fn measure(tree: &dyn HashTree) -> usize {
-        let Some(start) = stacker::remaining_stack() else {
-            return 0;
-        };
-        let mut probe = StackProbe { start, deepest: 0 };
-        tree.feed(&mut probe);
-        probe.deepest
-    }
+/// The hasher of [`walk_stack_bytes`].
+struct StackProbe {
+    start: usize,
+    deepest: usize,
 }
 
 impl Hasher for StackProbe {
@@ -137,12 +126,7 @@ impl Hasher for StackProbe {
 /// Whether `parsed` is too deep for `limit`: by its count of levels, or by the stack a walk
 /// over all of it takes.
 fn too_deep<T: Nested>(parsed: &T, limit: usize) -> bool {
-    if parsed.deeper_than(limit) {
-        return true;
-    }
-    let mut deepest = 0;
-    parsed.each_tree(&mut |tree| deepest = deepest.max(StackProbe::measure(tree)));
-    deepest > WALK_STACK_LIMIT
+    parsed.deeper_than(limit) || parsed.walk_stack_bytes() > WALK_STACK_LIMIT
 }
 
 /// Bytes of stack to parse, measure and drop a statement of `len` bytes on: room for a level
@@ -190,8 +174,8 @@ impl Nested for Statement {
         self.visit(&mut depth).is_break()
     }
 
-    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
-        walk(self)
+    fn walk_stack_bytes(&self) -> usize {
+        walk_stack_bytes(self)
     }
 }
 
@@ -216,19 +200,18 @@ impl Nested for DFStatement {
         visited.is_break()
     }
 
-    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
+    fn walk_stack_bytes(&self) -> usize {
         match self {
-            DFStatement::Statement(statement) => walk(statement),
-            DFStatement::Explain(explain) => explain.statement.each_tree(walk),
+            DFStatement::Statement(statement) => walk_stack_bytes(statement),
+            DFStatement::Explain(explain) => explain.statement.walk_stack_bytes(),
             DFStatement::CopyTo(copy) => match &copy.source {
-                CopyToSource::Query(query) => walk(query),
-                CopyToSource::Relation(name) => walk(name),
+                CopyToSource::Query(query) => walk_stack_bytes(query),
+                CopyToSource::Relation(name) => walk_stack_bytes(name),
             },
             DFStatement::CreateExternalTable(create) => {
-                walk(&create.columns);
-                walk(&create.order_exprs);
+                walk_stack_bytes(&create.columns).max(walk_stack_bytes(&create.order_exprs))
             }
-            DFStatement::Reset(_) => {}
+            DFStatement::Reset(_) => 0,
         }
     }
 }
@@ -238,10 +221,8 @@ impl<T: Nested> Nested for Vec<T> {
         self.iter().any(|item| item.deeper_than(limit))
     }
 
-    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
-        for item in self {
-            item.each_tree(walk);
-        }
+    fn walk_stack_bytes(&self) -> usize {
+        self.iter().map(Nested::walk_stack_bytes).max().unwrap_or(0)
     }
 }
 
@@ -252,10 +233,8 @@ impl<T: Nested, E> Nested for Result<T, E> {
         self.as_ref().is_ok_and(|parsed| parsed.deeper_than(limit))
     }
 
-    fn each_tree(&self, walk: &mut dyn FnMut(&dyn HashTree)) {
-        if let Ok(parsed) = self {
-            parsed.each_tree(walk);
-        }
+    fn walk_stack_bytes(&self) -> usize {
+        self.as_ref().map_or(0, Nested::walk_stack_bytes)
     }
 }
 
