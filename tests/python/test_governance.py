@@ -214,6 +214,29 @@ def test_deeply_nested_statements_are_answered_up_to_the_depth_limit_and_refused
                                            "SELECT usage FROM cpu ORDER BY time")] == [1, 2]
 
 
+def test_the_readme_serve_command_bounds_statements_with_its_defaults(spawn_quiver: Spawn,
+                                                                    tmp_path: Path) -> None:
+    """`quiver serve` as the README runs it (./quiver-data, default ports and limits): a
+    chain of 990 `UNION ALL`s is answered, one of 1,001 refused, over HTTP and psycopg."""
+    if not ports_free(DEFAULT_PORTS):
+        pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
+    server = spawn_quiver(cwd=tmp_path, default_ports=True)
+    write_ok(server.http_url, DB, "cpu,host=a usage=1 1\ncpu,host=b usage=2 2\n")
+    assert (tmp_path / "quiver-data").is_dir()
+    answered = post_sql(server, chained(990)["union"][0])
+    assert answered.status_code == 200, answered.text[:300]
+    assert sorted(row["v"] for row in answered.json()) == list(range(990))
+    refused = post_sql(server, chained(1001)["union"][0])
+    assert refused.status_code == 422, refused.text[:300]
+    assert "max_sql_depth = 1000" in refused.json()["error"]
+    with psycopg.connect(host="127.0.0.1", port=server.pg_port, dbname=DB, user="u",
+                         autocommit=True) as conn:
+        assert len(conn.execute(chained(989)["union"][0]).fetchall()) == 989
+        with pytest.raises(psycopg.errors.StatementTooComplex):
+            conn.execute(chained(1002)["union"][0])
+    assert server.proc.poll() is None
+
+
 def test_max_sql_depth_can_be_lowered(spawn_quiver: Spawn, tmp_path: Path) -> None:
     server = spawn_quiver("--data-dir", str(tmp_path / "data"), "--max-sql-depth", "50",
                           cwd=tmp_path)
