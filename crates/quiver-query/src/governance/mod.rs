@@ -386,7 +386,7 @@ impl Governor {
     pub(crate) fn run<E>(
         &self,
         admitted: Admitted,
-        base: &RuntimeEnv,
+        base: &Arc<RuntimeEnv>,
         (schema, placement): (SchemaRef, Placement),
         execute: E,
     ) -> QueryOutput
@@ -434,7 +434,7 @@ impl Governor {
 /// limits or stops it but its caller going away).
 fn ungoverned<E>(
     admitted: Admitted,
-    base: &RuntimeEnv,
+    base: &Arc<RuntimeEnv>,
     schema: SchemaRef,
     execute: E,
 ) -> QueryOutput
@@ -442,13 +442,7 @@ where
     E: FnOnce(Arc<RuntimeEnv>) -> Result<SendableRecordBatchStream, DataFusionError>,
 {
     drop(admitted);
-    let env = Arc::new(RuntimeEnv {
-        memory_pool: base.memory_pool.clone(),
-        disk_manager: base.disk_manager.clone(),
-        cache_manager: base.cache_manager.clone(),
-        object_store_registry: base.object_store_registry.clone(),
-    });
-    let stream = match execute(env) {
+    let stream = match execute(base.clone()) {
         Ok(stream) => stream,
         Err(e) => Box::pin(RecordBatchStreamAdapter::new(
             schema.clone(),
