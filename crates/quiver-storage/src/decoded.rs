@@ -22,7 +22,7 @@ use parquet::arrow::ProjectionMask;
 use crate::chunk_cache::ChunkCache;
 use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
-use crate::series::series_starts;
+use crate::series::{batch_series_starts, series_starts};
 use crate::table::ParquetFile;
 
 /// The decoded `columns` of `file`, all from the cache, or `None` if any is not cached.
@@ -144,14 +144,8 @@ pub(crate) fn keep_written_columns(file: &ParquetFile, rows: &RecordBatch, cache
     for (field, column) in schema.fields().iter().zip(rows.columns()) {
         cache.keep_column(path, field.name(), column.clone());
     }
-    if let Ok((keys, _)) = series_key_and_fields(&schema) {
-        let tags: Vec<&ArrayRef> = keys[..keys.len() - 1]
-            .iter()
-            .map(|&i| rows.column(i))
-            .collect();
-        if let Ok(starts) = series_starts(&tags, rows.num_rows()) {
-            cache.keep_series_starts(path, starts.into());
-        }
+    if let Ok(starts) = batch_series_starts(rows) {
+        cache.keep_series_starts(path, starts.into());
     }
 }
 

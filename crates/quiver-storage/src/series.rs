@@ -15,7 +15,7 @@
 //! series in time order, which is all a reader may assume: a run is never more than one
 //! series, a series may be more than one run.
 
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::distinct;
 use arrow::datatypes::Int32Type;
@@ -74,6 +74,17 @@ fn mark_differences(changed: &mut [bool], bits: &BooleanBuffer) {
         *changed |= previous != next;
         previous = next;
     }
+}
+
+/// [`series_starts`] of a batch of a table's rows (sorted by series then time): its tags are
+/// its series key without `time`.
+pub(crate) fn batch_series_starts(batch: &RecordBatch) -> Result<Vec<usize>, StorageError> {
+    let (keys, _) = crate::dedup::series_key_and_fields(&batch.schema())?;
+    let tags: Vec<&ArrayRef> = keys[..keys.len() - 1]
+        .iter()
+        .map(|&tag| batch.column(tag))
+        .collect();
+    series_starts(&tags, batch.num_rows())
 }
 
 /// The row where each run of one series begins in rows with these `tags` (sorted by series
