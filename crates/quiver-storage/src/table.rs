@@ -110,14 +110,7 @@ impl TableSnapshot {
         let starts = self
             .batches
             .iter()
-            .map(|batch| {
-                let (keys, _) = crate::dedup::series_key_and_fields(&batch.schema())?;
-                let tags: Vec<&arrow::array::ArrayRef> = keys[..keys.len() - 1]
-                    .iter()
-                    .map(|&tag| batch.column(tag))
-                    .collect();
-                crate::series::series_starts(&tags, batch.num_rows())
-            })
+            .map(crate::series::batch_series_starts)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.buffer_series.get_or_init(|| starts))
     }
@@ -329,12 +322,10 @@ impl Table {
         };
         let buffered = match &frozen {
             // being persisted: everything merged into one batch, kept for this snapshot only
+            // (a freeze took the runs, and no snapshot stores runs while one is frozen)
             Some(frozen) => {
-                let runs = runs.into_iter().map(|run| run.rows);
-                merge_into_one(
-                    &schema,
-                    frozen.iter().cloned().chain(runs).chain(live).collect(),
-                )?
+                debug_assert!(runs.is_empty(), "runs beside frozen chunks");
+                merge_into_one(&schema, frozen.iter().cloned().chain(live).collect())?
             }
             // only the chunks written since the last snapshot are sorted
             None => extend_runs(&schema, runs, live)?,
@@ -488,12 +479,9 @@ impl Table {
             return state.frozen.take().map_or(0, |(_, bytes)| bytes);
         }
         if let Some((chunks, bytes)) = state.frozen.take() {
+            // no snapshot stores runs while chunks are frozen
+            debug_assert!(state.runs.is_empty(), "runs beside frozen chunks");
             let mut live = chunks.as_ref().clone();
-            live.extend(
-                std::mem::take(&mut state.runs)
-                    .into_iter()
-                    .map(|run| run.rows),
-            );
             live.append(&mut state.live);
             state.live = live;
             state.live_bytes += bytes;
