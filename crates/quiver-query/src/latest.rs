@@ -278,15 +278,23 @@ fn is_time_lower_bound(expr: &Expr) -> bool {
 
 /// A Quiver table scan turned into a scan of the table's newest rows.
 fn read_newest_rows(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    swap_quiver_source(plan, |table| Arc::new(LatestRowsTable { table }))
+}
+
+/// `plan`, if it is a scan of a Quiver table, reading what `swap` makes of that table
+/// instead; anything else unchanged.
+pub(crate) fn swap_quiver_source(
+    plan: LogicalPlan,
+    swap: impl FnOnce(QuiverTable) -> Arc<dyn TableProvider>,
+) -> Result<Transformed<LogicalPlan>> {
     let LogicalPlan::TableScan(scan) = &plan else {
         return Ok(Transformed::no(plan));
     };
     let Some(table) = quiver_table(scan) else {
         return Ok(Transformed::no(plan));
     };
-    let latest = LatestRowsTable { table };
     let mut scan = scan.clone();
-    scan.source = provider_as_source(Arc::new(latest));
+    scan.source = provider_as_source(swap(table));
     Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
 }
 

@@ -21,14 +21,13 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::error::Result;
 use datafusion::logical_expr::{FetchType, Limit, LogicalPlan, SkipType, Sort};
 use datafusion::optimizer::AnalyzerRule;
 use quiver_model::schema::TIME_COLUMN;
 
-use crate::latest::ScanBelow;
-use crate::provider::{is_time_column, QuiverTable};
+use crate::latest::{swap_quiver_source, ScanBelow};
+use crate::provider::is_time_column;
 use crate::series_filter::SeriesEnd;
 
 /// The most rows per series a rewritten scan hands on; larger limits keep the plain scan.
@@ -101,9 +100,7 @@ fn rows_wanted(limit: &Limit) -> Option<usize> {
 /// `time` or is volatile.
 fn through_projections(mut plan: &LogicalPlan) -> Option<&LogicalPlan> {
     while let LogicalPlan::Projection(projection) = plan {
-        let passes_time = projection.expr.iter().any(
-            |e| matches!(e, datafusion::logical_expr::Expr::Column(c) if c.name == TIME_COLUMN),
-        );
+        let passes_time = projection.expr.iter().any(is_time_column);
         if !passes_time || projection.expr.iter().any(|e| e.is_volatile()) {
             return None;
         }
@@ -114,20 +111,5 @@ fn through_projections(mut plan: &LogicalPlan) -> Option<&LogicalPlan> {
 
 /// A Quiver table scan turned into a scan of each series' `end`.
 fn read_series_ends(plan: LogicalPlan, end: SeriesEnd) -> Result<Transformed<LogicalPlan>> {
-    let LogicalPlan::TableScan(scan) = &plan else {
-        return Ok(Transformed::no(plan));
-    };
-    let Some(table) = source_as_provider(&scan.source)
-        .ok()
-        .and_then(|p| p.downcast_ref::<QuiverTable>().cloned())
-    else {
-        return Ok(Transformed::no(plan));
-    };
-    let mut scan = scan.clone();
-    scan.source = provider_as_source(Arc::new(table.with_series_end(end)));
-    Ok(Transformed::new(
-        LogicalPlan::TableScan(scan),
-        true,
-        TreeNodeRecursion::Jump,
-    ))
+    swap_quiver_source(plan, |table| Arc::new(table.with_series_end(end)))
 }
