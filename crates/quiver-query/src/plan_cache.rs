@@ -229,8 +229,15 @@ impl PlanCache {
     /// counted among the plan cache's hits.
     pub(crate) fn physical(&self, slot: &PlanSlot) -> Option<(SchemaRef, Arc<dyn ExecutionPlan>)> {
         let (plan, output) = self.physical.get(slot)?;
-        // a plan whose operators cannot be reset is made anew
-        let plan = reset_plan_states(plan).ok()?;
+        let plan = match reset_plan_states(plan) {
+            Ok(plan) => plan,
+            Err(e) => {
+                // dropped and made anew (rather than failing the same way at every lookup)
+                tracing::debug!(error = %e, "a kept physical plan could not be reset");
+                self.physical.drop_if(|key, _| key == &slot.key);
+                return None;
+            }
+        };
         self.hits.fetch_add(1, Ordering::Relaxed);
         self.physical.hits.fetch_add(1, Ordering::Relaxed);
         Some((output, plan))
