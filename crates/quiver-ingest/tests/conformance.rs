@@ -1,7 +1,8 @@
 //! Runs every decode case of InfluxData's line-protocol corpus
-//! (`tests/conformance/line-protocol/corpus.json`, a copy of `shared/conformance`) through Quiver's parser and measures the
-//! agreement rate: accepted/rejected as the reference decoder says, and for accepted inputs the
-//! same measurement, tags, typed field values and time.
+//! (`tests/conformance/line-protocol/corpus.json` in this repository, an unmodified copy of the
+//! upstream corpus) through Quiver's parser and measures the agreement rate: accepted/rejected
+//! as the reference decoder says, and for accepted inputs the same measurement, tags, typed
+//! field values and time.
 //!
 //! The rate may only go up: the test fails below [`MINIMUM_AGREEMENT`]. Deliberate deviations
 //! are listed in the README ("Line protocol: deviations from the reference corpus").
@@ -19,7 +20,7 @@ fn corpus_path() -> PathBuf {
     if let Ok(dir) = std::env::var("QUIVER_CONFORMANCE_DIR") {
         return PathBuf::from(dir).join("line-protocol/corpus.json");
     }
-    // The repository's vendored, unmodified copy of `../shared/conformance`. The crate's
+    // The repository's own copy, `tests/conformance/` (vendored, unmodified). The crate's
     // directory is read when the test runs (cargo sets it then too): a binary compiled in
     // another checkout and reused from a shared target directory would otherwise look there.
     let crate_dir = std::env::var("CARGO_MANIFEST_DIR")

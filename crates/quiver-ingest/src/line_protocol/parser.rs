@@ -1,7 +1,8 @@
 //! The line-protocol tokenizer: bytes in, one borrowed [`ParsedLine`] at a time out.
 //!
 //! The grammar follows InfluxData's reference decoder (`line-protocol/v2`), which the
-//! conformance corpus in `shared/conformance/line-protocol` was produced with:
+//! conformance corpus in `tests/conformance/line-protocol/` (an unmodified copy of InfluxData's
+//! corpus) was produced with:
 //!
 //! ```text
 //! measurement[,tag_key=tag_value...] field_key=field_value[,field_key=field_value...] [timestamp]
