@@ -2,10 +2,8 @@
 //! with DataFusion and returns a stream of record batches.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::error::ArrowError;
 use chrono::{DateTime, Utc};
 use datafusion::common::{ParamValues, TableReference};
 use datafusion::error::DataFusionError;
@@ -21,355 +19,25 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use futures::StreamExt;
-use quiver_model::{Classify, ErrorKind, VisibleDatabases};
-use quiver_storage::{StorageError, Store};
-use serde::{Deserialize, Serialize};
+use quiver_model::VisibleDatabases;
+use quiver_storage::Store;
 
 use crate::analyze::{self, QueryAnalysis, ScannedTable};
-use crate::catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::dictionary_group::DictionaryGroupRule;
+use crate::error::QueryError;
 use crate::filter_order::FilterOrderRule;
 use crate::first_rows::FirstRowsRule;
 use crate::float_compare::FloatCompareRule;
-use crate::governance::value_limits::{self, OutputLimits, ValueTooLarge};
-use crate::governance::{pool, Governor, Limits, Placement, QueryControl, StopReason};
+use crate::governance::value_limits;
+use crate::governance::{Governor, Placement, QueryControl};
 use crate::latest::LatestRowsRule;
+use crate::options::QueryOptions;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
-use crate::statement_limits::{self, StatementLimit, StatementLimits};
+use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::statement_limits::{self, StatementLimits};
 use crate::time_order_limit::TimeOrderLimitRule;
-
-/// Settings of the SQL engine. The serde names are the server's configuration keys;
-/// `session_setup` is wired by the program, not configured.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct QueryOptions {
-    /// Parallelism of one query (DataFusion's `target_partitions`); 0 means the number of CPU
-    /// cores.
-    #[serde(rename = "query_partitions")]
-    pub target_partitions: usize,
-    /// Memory in bytes one running query may hold in operators that buffer (sorts, joins,
-    /// aggregations and their states); sorts and aggregations spill to disk under the data
-    /// directory before a query needing more fails with an error naming this setting. The
-    /// default is a quarter of the memory budget (physical memory or the cgroup limit).
-    #[serde(rename = "query_memory_bytes")]
-    pub memory_limit_bytes: usize,
-    /// The process's memory ceiling: what all queries together may reserve, and the resident
-    /// memory past which the running query holding the most is cancelled. The default is 80 %
-    /// of the memory budget.
-    pub max_server_memory_bytes: usize,
-    /// The most bytes one function call may produce (`repeat`, `lpad`, `array_repeat`,
-    /// `generate_series` as a value), capped by `query_memory_bytes`.
-    pub max_value_bytes: usize,
-    /// Seconds a query may run, from its arrival (0: no limit). A client may ask for less:
-    /// PostgreSQL `statement_timeout`, the gRPC deadline, HTTP `timeout_secs`.
-    pub query_timeout_secs: u64,
-    /// Seconds a running query may wait for its client to take the next part of its answer
-    /// before it is stopped (0: no limit): a client that stops reading would otherwise keep
-    /// its slot (and the memory its answer holds) for good.
-    pub query_stall_timeout_secs: u64,
-    /// Queries that run at once; more wait in arrival order (0: twice the cores, at least 4).
-    pub max_concurrent_queries: usize,
-    /// Queries that may wait for a slot; beyond that a query is refused at once.
-    pub max_queued_queries: usize,
-    /// The longest statement text accepted, in bytes; a longer one is refused unread (the
-    /// memory a parse takes grows with the text).
-    pub max_sql_bytes: usize,
-    /// How deeply a statement may nest: each operator of a chain (`a + b + c`, `… OR …`,
-    /// `… UNION ALL …`) and each nested expression or subquery is a level. Deeper statements
-    /// are refused as they are parsed: walking a tree takes stack for every level.
-    pub max_sql_depth: usize,
-    /// Extensions applied to every database's session when it is created, in order.
-    #[serde(skip)]
-    pub session_setup: Vec<Arc<dyn SessionSetup>>,
-}
-
-impl Default for QueryOptions {
-    fn default() -> Self {
-        let budget = crate::governance::system::memory_budget_bytes();
-        QueryOptions {
-            target_partitions: 0,
-            memory_limit_bytes: usize::try_from(budget / 4).unwrap_or(usize::MAX),
-            max_server_memory_bytes: usize::try_from(budget / 10 * 8).unwrap_or(usize::MAX),
-            max_value_bytes: 256 << 20,
-            query_timeout_secs: 0,
-            query_stall_timeout_secs: 60,
-            max_concurrent_queries: 0,
-            max_queued_queries: 128,
-            max_sql_bytes: 1 << 20,
-            max_sql_depth: 1000,
-            session_setup: Vec::new(),
-        }
-    }
-}
-
-impl QueryOptions {
-    /// The parallelism of one query: `target_partitions`, or the number of CPU cores if 0.
-    pub fn partitions(&self) -> usize {
-        match self.target_partitions {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            n => n,
-        }
-    }
-
-    /// Queries that run at once: `max_concurrent_queries`, or twice the cores (at least 4) if
-    /// 0.
-    pub fn concurrent_queries(&self) -> usize {
-        match self.max_concurrent_queries {
-            0 => (2 * std::thread::available_parallelism().map_or(2, |n| n.get())).max(4),
-            n => n,
-        }
-    }
-
-    /// The limits the governor enforces, with the automatic values resolved.
-    fn limits(&self) -> Limits {
-        Limits {
-            query_memory_bytes: self.memory_limit_bytes,
-            max_server_memory_bytes: self.max_server_memory_bytes,
-            query_timeout: (self.query_timeout_secs > 0)
-                .then(|| Duration::from_secs(self.query_timeout_secs)),
-            stall_timeout: (self.query_stall_timeout_secs > 0)
-                .then(|| Duration::from_secs(self.query_stall_timeout_secs)),
-            max_concurrent_queries: self.concurrent_queries(),
-            max_queued_queries: self.max_queued_queries,
-            threads: self.partitions(),
-        }
-    }
-
-    /// Checks the settings that have bounds of their own.
-    pub fn validate(&self) -> Result<(), String> {
-        let longest = statement_limits::MAX_SQL_BYTES;
-        if !(1..=longest).contains(&self.max_sql_bytes) {
-            return Err(format!(
-                "max_sql_bytes must be between 1 and {longest} (a long statement is parsed on \
-                 a stack sized by its length), got {}",
-                self.max_sql_bytes
-            ));
-        }
-        let most = statement_limits::MAX_SQL_DEPTH;
-        if !(1..=most).contains(&self.max_sql_depth) {
-            return Err(format!(
-                "max_sql_depth must be between 1 and {most} (the threads' stacks are sized for \
-                 it), got {}",
-                self.max_sql_depth
-            ));
-        }
-        Ok(())
-    }
-
-    /// The bounds on a statement's text and nesting.
-    pub fn statement_limits(&self) -> StatementLimits {
-        StatementLimits {
-            max_bytes: self.max_sql_bytes,
-            max_depth: self.max_sql_depth,
-        }
-    }
-
-    /// The most bytes a capped function may produce: one value, and one call over a batch.
-    fn output_limits(&self) -> OutputLimits {
-        OutputLimits {
-            value: self.max_value_bytes.min(self.memory_limit_bytes) as u64,
-            batch: self.memory_limit_bytes as u64,
-        }
-    }
-}
-
-/// Extends the SQL session of each database, once, when the engine creates it: system schemas,
-/// functions and type names that a protocol's clients expect (the PostgreSQL catalog, say).
-/// Everything it adds is visible to every protocol's queries in that database.
-pub trait SessionSetup: Send + Sync + std::fmt::Debug {
-    /// Adds to `ctx`, the session whose default schema is `database`, for callers who see the
-    /// `visible` databases. The session's catalog ([`CATALOG_NAME`]) accepts system schemas
-    /// (see [`crate::is_system_schema`]).
-    fn setup(
-        &self,
-        ctx: &SessionContext,
-        database: &str,
-        visible: &VisibleDatabases,
-    ) -> Result<(), DataFusionError>;
-}
-
-/// Why a query failed; [`Classify::kind`] says whose fault it is.
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    /// The database named by the request or a qualified table name does not exist.
-    #[error("database {0:?} not found")]
-    DatabaseNotFound(String),
-    /// A table named by the statement does not exist.
-    #[error("table {table:?} not found in database {database:?}")]
-    TableNotFound {
-        /// The database searched.
-        database: String,
-        /// The missing table.
-        table: String,
-    },
-    /// The statement is not valid SQL, or cannot be planned or executed (user error).
-    #[error("{0}")]
-    Invalid(DataFusionError),
-    /// The query needed more memory than its limit (or the server's) allows.
-    #[error("{}", resources_message(.0))]
-    ResourcesExhausted(DataFusionError),
-    /// The query was refused memory that other running queries hold: it would fit once they
-    /// finish, so a retry can succeed.
-    #[error("{}", memory_busy_message(.0))]
-    MemoryBusy(DataFusionError),
-    /// A function call would have produced a value over `max_value_bytes`.
-    #[error("{0}")]
-    ValueTooLarge(ValueTooLarge),
-    /// The query was stopped: timed out, cancelled, or over the server's memory ceiling.
-    #[error("{0}")]
-    Stopped(StopReason),
-    /// As many queries run and wait as the server takes.
-    #[error(
-        "the server is busy: {running} queries are running and {queued} are waiting \
-         (max_concurrent_queries, max_queued_queries); retry shortly"
-    )]
-    Busy {
-        /// `max_concurrent_queries`.
-        running: usize,
-        /// `max_queued_queries`.
-        queued: usize,
-    },
-    /// The statement is longer or more deeply nested than the server accepts.
-    #[error("{0}")]
-    StatementLimit(StatementLimit),
-    /// The caller may not read what the statement reads.
-    #[error("{0}")]
-    Denied(quiver_model::Denied),
-    /// A failure that is not the caller's fault.
-    #[error("internal error: {0}")]
-    Internal(DataFusionError),
-}
-
-impl Classify for QueryError {
-    fn kind(&self) -> ErrorKind {
-        match self {
-            QueryError::DatabaseNotFound(_) | QueryError::TableNotFound { .. } => {
-                ErrorKind::NotFound
-            }
-            QueryError::Invalid(_) => ErrorKind::Invalid,
-            QueryError::ResourcesExhausted(_) | QueryError::ValueTooLarge(_) => {
-                ErrorKind::ResourcesExhausted
-            }
-            QueryError::Stopped(StopReason::TimedOut { .. } | StopReason::ClientStalled { .. }) => {
-                ErrorKind::TimedOut
-            }
-            QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
-            QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
-            QueryError::Busy { .. } | QueryError::MemoryBusy(_) => ErrorKind::Busy,
-            QueryError::StatementLimit(StatementLimit::TooLong { .. }) => ErrorKind::TooLarge,
-            QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => ErrorKind::LimitExceeded,
-            QueryError::Denied(denied) => denied.kind,
-            QueryError::Internal(_) => ErrorKind::Internal,
-        }
-    }
-}
-
-impl From<DataFusionError> for QueryError {
-    /// Sorts a failure by whose fault it is: anything in the error's chain that comes from
-    /// reading the data (I/O, the object store, Parquet decoding, the storage layer), a
-    /// failed task or a DataFusion bug is the server's ([`QueryError::Internal`]); exhausted
-    /// memory is [`QueryError::ResourcesExhausted`]; the rest (parse, plan, schema, type and
-    /// arithmetic errors) is the statement's ([`QueryError::Invalid`]).
-    fn from(e: DataFusionError) -> Self {
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        let mut resources = false;
-        while let Some(error) = cause {
-            if let Some(governed) = governance_error(error) {
-                return governed;
-            }
-            match fault_of(error) {
-                Some(Fault::Server) => return QueryError::Internal(e),
-                Some(Fault::Resources) => resources = true,
-                None => {}
-            }
-            cause = error.source();
-        }
-        // (operators may wrap the pool's refusal in words of their own: anywhere in it)
-        if resources && innermost_resources(&e).contains(pool::OTHERS_HOLD_MEMORY) {
-            QueryError::MemoryBusy(e)
-        } else if resources {
-            QueryError::ResourcesExhausted(e)
-        } else {
-            QueryError::Invalid(e)
-        }
-    }
-}
-
-/// The memory error's own words: the innermost "Resources exhausted" message, which names the
-/// limit and the setting (see `governance::pool`).
-fn resources_message(e: &DataFusionError) -> String {
-    format!("query exceeded a memory limit: {}", innermost_resources(e))
-}
-
-/// What a query refused memory that other queries hold is told.
-fn memory_busy_message(e: &DataFusionError) -> String {
-    format!("the server is busy: {}", innermost_resources(e))
-}
-
-/// The innermost "Resources exhausted" message in `e`'s chain (`e` itself if none).
-fn innermost_resources(e: &DataFusionError) -> String {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(error) = cause {
-        if let Some(DataFusionError::ResourcesExhausted(message)) =
-            error.downcast_ref::<DataFusionError>()
-        {
-            return message.clone();
-        }
-        cause = error.source();
-    }
-    e.to_string()
-}
-
-/// The governor's verdict carried through DataFusion: a stopped query or a value too large.
-fn governance_error(error: &(dyn std::error::Error + 'static)) -> Option<QueryError> {
-    if let Some(too_large) = error.downcast_ref::<ValueTooLarge>() {
-        return Some(QueryError::ValueTooLarge(too_large.clone()));
-    }
-    match error.downcast_ref::<QueryError>()? {
-        QueryError::Stopped(reason) => Some(QueryError::Stopped(reason.clone())),
-        _ => None,
-    }
-}
-
-/// Whose fault one error of a chain says a failure is, when it says.
-enum Fault {
-    /// The server could not read its own data, or failed itself.
-    Server,
-    /// The query needed more memory than allowed.
-    Resources,
-}
-
-fn fault_of(error: &(dyn std::error::Error + 'static)) -> Option<Fault> {
-    if let Some(e) = error.downcast_ref::<DataFusionError>() {
-        return match e {
-            DataFusionError::ResourcesExhausted(_) => Some(Fault::Resources),
-            DataFusionError::Internal(_)
-            | DataFusionError::IoError(_)
-            | DataFusionError::ObjectStore(_)
-            | DataFusionError::ParquetError(_)
-            | DataFusionError::ExecutionJoin(_) => Some(Fault::Server),
-            _ => None,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<ArrowError>() {
-        return match e {
-            ArrowError::IoError(..) | ArrowError::ParquetError(_) | ArrowError::IpcError(_) => {
-                Some(Fault::Server)
-            }
-            ArrowError::MemoryError(_) => Some(Fault::Resources),
-            _ => None,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<StorageError>() {
-        return e.kind().is_server_fault().then_some(Fault::Server);
-    }
-    let server = error.is::<std::io::Error>()
-        || error.is::<datafusion::object_store::Error>()
-        || error.is::<datafusion::parquet::errors::ParquetError>();
-    server.then_some(Fault::Server)
-}
 
 /// The result of a query: its schema (known before the first row) and its rows, streamed.
 pub struct QueryOutput {
@@ -828,11 +496,22 @@ fn spill_mode(data_dir: Option<&std::path::Path>) -> Result<DiskManagerMode, Que
     Ok(DiskManagerMode::Directories(vec![spill.clone()]))
 }
 
+/// The session settings of every database's session.
+///
+/// Sorts: a sort that runs out of memory sorts what it buffered and spills it as one run,
+/// then merges the runs from disk (in several passes if it cannot open them all at once).
+/// DataFusion sorts buffered batches in place (one concatenated batch) only below
+/// `sort_in_place_threshold_bytes`; above it, it sorts each batch alone and merges them all,
+/// and that merge holds the sort keys of every buffered row at once in row format, charged to
+/// the sort's 10 MiB merge reserve: a sort on two keys of a 64 MiB query failed there instead
+/// of spilling. Sorting in place up to the query's whole memory keeps a spill within the
+/// query's memory (the concatenated copy is accounted for), whatever the keys.
 fn session_config(options: &QueryOptions) -> SessionConfig {
     SessionConfig::new()
         .with_information_schema(true)
         .with_create_default_catalog_and_schema(false)
         .with_target_partitions(options.partitions())
+        .with_sort_in_place_threshold_bytes(options.memory_limit_bytes)
 }
 
 /// True for statements that only read: queries, `SHOW`, `EXPLAIN` of a query, `DESCRIBE`.
@@ -852,119 +531,5 @@ fn is_read_only(statement: &DFStatement) -> bool {
         DFStatement::CreateExternalTable(_) | DFStatement::CopyTo(_) | DFStatement::Reset(_) => {
             false
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-
-    fn classify(e: DataFusionError) -> &'static str {
-        match QueryError::from(e) {
-            QueryError::Internal(_) => "internal",
-            QueryError::Invalid(_) => "invalid",
-            QueryError::ResourcesExhausted(_) => "resources",
-            QueryError::MemoryBusy(_) => "busy",
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    fn missing_file() -> std::io::Error {
-        std::io::Error::new(std::io::ErrorKind::NotFound, "tables/m/1/x.parquet")
-    }
-
-    #[test]
-    fn failures_reading_the_data_are_the_servers_fault_wherever_they_hide() {
-        let object_store = datafusion::object_store::Error::NotFound {
-            path: "tables/m/1/x.parquet".into(),
-            source: Box::new(missing_file()),
-        };
-        let cases = [
-            DataFusionError::ObjectStore(Box::new(object_store)),
-            DataFusionError::IoError(missing_file()),
-            DataFusionError::ParquetError(Box::new(
-                datafusion::parquet::errors::ParquetError::EOF("footer".into()),
-            )),
-            DataFusionError::Internal("bug".into()),
-            // wrapped the way DataFusion and our table provider wrap them
-            DataFusionError::Context(
-                "reading".into(),
-                Box::new(DataFusionError::External(Box::new(StorageError::io(
-                    std::path::Path::new("/d/tables"),
-                    missing_file(),
-                )))),
-            ),
-            DataFusionError::ArrowError(
-                Box::new(ArrowError::ExternalError(Box::new(missing_file()))),
-                None,
-            ),
-            DataFusionError::Shared(Arc::new(DataFusionError::ArrowError(
-                Box::new(ArrowError::ParquetError("corrupt page".into())),
-                None,
-            ))),
-        ];
-        for case in cases {
-            let text = case.to_string();
-            assert_eq!(classify(case), "internal", "{text}");
-        }
-    }
-
-    #[test]
-    fn the_statements_own_errors_stay_the_callers_fault() {
-        let cases = [
-            DataFusionError::Plan("no such column".into()),
-            DataFusionError::ArrowError(Box::new(ArrowError::DivideByZero), None),
-            DataFusionError::ArrowError(Box::new(ArrowError::CastError("'x' as int".into())), None),
-            DataFusionError::Execution("bad argument".into()),
-            DataFusionError::NotImplemented("LATERAL".into()),
-            DataFusionError::External(Box::new(StorageError::InvalidTableName {
-                name: String::new(),
-                reason: "it is empty",
-            })),
-        ];
-        for case in cases {
-            let text = case.to_string();
-            assert_eq!(classify(case), "invalid", "{text}");
-        }
-        let memory = DataFusionError::Context(
-            "sorting".into(),
-            Box::new(DataFusionError::ResourcesExhausted("1 GB".into())),
-        );
-        assert_eq!(classify(memory), "resources");
-    }
-
-    #[test]
-    fn memory_that_other_queries_hold_is_a_busy_server_not_the_callers_fault() {
-        let server = crate::governance::pool::ServerMemory::new(1000);
-        let pool = |limit| -> Arc<dyn datafusion::execution::memory_pool::MemoryPool> {
-            Arc::new(crate::governance::pool::QueryPool::new(
-                limit,
-                server.clone(),
-            ))
-        };
-        let (first, second) = (pool(2000), pool(2000));
-        let consumer = datafusion::execution::memory_pool::MemoryConsumer::new;
-        let held = consumer("first").register(&first);
-        held.try_grow(800).unwrap();
-        let asking = consumer("second").register(&second);
-        // 300 would fit alone: busy (a retry can succeed), wrapped as operators wrap it
-        let refused = asking.try_grow(300).unwrap_err();
-        // reworded into a new error, as DataFusion's aggregation does when it cannot spill
-        let reworded = DataFusionError::ResourcesExhausted(format!(
-            "Failed to reserve memory for sort during spill: {refused}"
-        ));
-        assert_eq!(QueryError::from(reworded).kind(), ErrorKind::Busy);
-        let wrapped = DataFusionError::Context("sorting".into(), Box::new(refused));
-        let error = QueryError::from(wrapped);
-        assert_eq!(error.kind(), ErrorKind::Busy, "{error}");
-        assert!(
-            error.to_string().contains("max_server_memory_bytes"),
-            "{error}"
-        );
-        // over the ceiling alone: fails again however idle the server is
-        let alone = QueryError::from(asking.try_grow(1200).unwrap_err());
-        assert_eq!(alone.kind(), ErrorKind::ResourcesExhausted, "{alone}");
     }
 }

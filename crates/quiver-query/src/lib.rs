@@ -6,17 +6,18 @@
 //! name and a statement and get back an Arrow schema and a stream of record batches.
 
 mod analyze;
-mod catalog;
 mod chunk_reader;
 mod column_compare;
 mod dedup_exec;
 mod dictionary_group;
 mod engine;
+mod error;
 mod filter_order;
 mod first_rows;
 mod float_compare;
 pub mod governance;
 mod latest;
+mod options;
 mod panic_guard;
 mod params;
 mod plan_cache;
@@ -24,18 +25,18 @@ mod plan_nodes;
 mod provider;
 mod run_states;
 mod series_filter;
+mod sql_catalog;
 pub mod statement_limits;
 mod tag_filter;
 mod time_bin;
 mod time_order_limit;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
-pub use catalog::{is_system_schema, QuiverCatalog, CATALOG_NAME};
 pub use dedup_exec::DeduplicateExec;
-pub use engine::{
-    ExecuteOptions, QueryEngine, QueryError, QueryOptions, QueryOutput, SessionSetup,
-    StatementDescription,
-};
+pub use engine::{ExecuteOptions, QueryEngine, QueryOutput, StatementDescription};
+pub use error::QueryError;
+pub use options::{QueryOptions, SessionSetup};
 pub use params::QueryParams;
 pub use plan_cache::PlanCacheStats;
 pub use provider::QuiverTable;
+pub use sql_catalog::{is_system_schema, QuiverCatalog, CATALOG_NAME};

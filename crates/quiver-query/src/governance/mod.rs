@@ -42,7 +42,8 @@ use serde::Serialize;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{QueryError, QueryOutput};
+use crate::engine::QueryOutput;
+use crate::error::QueryError;
 use pool::{QueryPool, ServerMemory};
 
 /// The limits the governor enforces (resolved: no "0 = automatic" left).

@@ -1,0 +1,166 @@
+//! The SQL engine's settings ([`QueryOptions`], the server's configuration keys for queries)
+//! and the hook protocols extend each database's session with ([`SessionSetup`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::error::DataFusionError;
+use datafusion::prelude::SessionContext;
+use quiver_model::VisibleDatabases;
+use serde::{Deserialize, Serialize};
+
+use crate::governance::value_limits::OutputLimits;
+use crate::governance::Limits;
+#[cfg(doc)]
+use crate::sql_catalog::CATALOG_NAME;
+use crate::statement_limits::{self, StatementLimits};
+
+/// Settings of the SQL engine. The serde names are the server's configuration keys;
+/// `session_setup` is wired by the program, not configured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueryOptions {
+    /// Parallelism of one query (DataFusion's `target_partitions`); 0 means the number of CPU
+    /// cores.
+    #[serde(rename = "query_partitions")]
+    pub target_partitions: usize,
+    /// Memory in bytes one running query may hold in operators that buffer (sorts, joins,
+    /// aggregations and their states); sorts and aggregations spill to disk under the data
+    /// directory before a query needing more fails with an error naming this setting. The
+    /// default is a quarter of the memory budget (physical memory or the cgroup limit).
+    #[serde(rename = "query_memory_bytes")]
+    pub memory_limit_bytes: usize,
+    /// The process's memory ceiling: what all queries together may reserve, and the resident
+    /// memory past which the running query holding the most is cancelled. The default is 80 %
+    /// of the memory budget.
+    pub max_server_memory_bytes: usize,
+    /// The most bytes one function call may produce (`repeat`, `lpad`, `array_repeat`,
+    /// `generate_series` as a value), capped by `query_memory_bytes`.
+    pub max_value_bytes: usize,
+    /// Seconds a query may run, from its arrival (0: no limit). A client may ask for less:
+    /// PostgreSQL `statement_timeout`, the gRPC deadline, HTTP `timeout_secs`.
+    pub query_timeout_secs: u64,
+    /// Seconds a running query may wait for its client to take the next part of its answer
+    /// before it is stopped (0: no limit): a client that stops reading would otherwise keep
+    /// its slot (and the memory its answer holds) for good.
+    pub query_stall_timeout_secs: u64,
+    /// Queries that run at once; more wait in arrival order (0: twice the cores, at least 4).
+    pub max_concurrent_queries: usize,
+    /// Queries that may wait for a slot; beyond that a query is refused at once.
+    pub max_queued_queries: usize,
+    /// The longest statement text accepted, in bytes; a longer one is refused unread (the
+    /// memory a parse takes grows with the text).
+    pub max_sql_bytes: usize,
+    /// How deeply a statement may nest: each operator of a chain (`a + b + c`, `… OR …`,
+    /// `… UNION ALL …`) and each nested expression or subquery is a level. Deeper statements
+    /// are refused as they are parsed: walking a tree takes stack for every level.
+    pub max_sql_depth: usize,
+    /// Extensions applied to every database's session when it is created, in order.
+    #[serde(skip)]
+    pub session_setup: Vec<Arc<dyn SessionSetup>>,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        let budget = crate::governance::system::memory_budget_bytes();
+        QueryOptions {
+            target_partitions: 0,
+            memory_limit_bytes: usize::try_from(budget / 4).unwrap_or(usize::MAX),
+            max_server_memory_bytes: usize::try_from(budget / 10 * 8).unwrap_or(usize::MAX),
+            max_value_bytes: 256 << 20,
+            query_timeout_secs: 0,
+            query_stall_timeout_secs: 60,
+            max_concurrent_queries: 0,
+            max_queued_queries: 128,
+            max_sql_bytes: 1 << 20,
+            max_sql_depth: 1000,
+            session_setup: Vec::new(),
+        }
+    }
+}
+
+impl QueryOptions {
+    /// The parallelism of one query: `target_partitions`, or the number of CPU cores if 0.
+    pub fn partitions(&self) -> usize {
+        match self.target_partitions {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// Queries that run at once: `max_concurrent_queries`, or twice the cores (at least 4) if
+    /// 0.
+    pub fn concurrent_queries(&self) -> usize {
+        match self.max_concurrent_queries {
+            0 => (2 * std::thread::available_parallelism().map_or(2, |n| n.get())).max(4),
+            n => n,
+        }
+    }
+
+    /// The limits the governor enforces, with the automatic values resolved.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            query_memory_bytes: self.memory_limit_bytes,
+            max_server_memory_bytes: self.max_server_memory_bytes,
+            query_timeout: (self.query_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.query_timeout_secs)),
+            stall_timeout: (self.query_stall_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.query_stall_timeout_secs)),
+            max_concurrent_queries: self.concurrent_queries(),
+            max_queued_queries: self.max_queued_queries,
+            threads: self.partitions(),
+        }
+    }
+
+    /// Checks the settings that have bounds of their own.
+    pub fn validate(&self) -> Result<(), String> {
+        let longest = statement_limits::MAX_SQL_BYTES;
+        if !(1..=longest).contains(&self.max_sql_bytes) {
+            return Err(format!(
+                "max_sql_bytes must be between 1 and {longest} (a long statement is parsed on \
+                 a stack sized by its length), got {}",
+                self.max_sql_bytes
+            ));
+        }
+        let most = statement_limits::MAX_SQL_DEPTH;
+        if !(1..=most).contains(&self.max_sql_depth) {
+            return Err(format!(
+                "max_sql_depth must be between 1 and {most} (the threads' stacks are sized for \
+                 it), got {}",
+                self.max_sql_depth
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bounds on a statement's text and nesting.
+    pub fn statement_limits(&self) -> StatementLimits {
+        StatementLimits {
+            max_bytes: self.max_sql_bytes,
+            max_depth: self.max_sql_depth,
+        }
+    }
+
+    /// The most bytes a capped function may produce: one value, and one call over a batch.
+    pub(crate) fn output_limits(&self) -> OutputLimits {
+        OutputLimits {
+            value: self.max_value_bytes.min(self.memory_limit_bytes) as u64,
+            batch: self.memory_limit_bytes as u64,
+        }
+    }
+}
+
+/// Extends the SQL session of each database, once, when the engine creates it: system schemas,
+/// functions and type names that a protocol's clients expect (the PostgreSQL catalog, say).
+/// Everything it adds is visible to every protocol's queries in that database.
+pub trait SessionSetup: Send + Sync + std::fmt::Debug {
+    /// Adds to `ctx`, the session whose default schema is `database`, for callers who see the
+    /// `visible` databases. The session's catalog ([`CATALOG_NAME`]) accepts system schemas
+    /// (see [`crate::is_system_schema`]).
+    fn setup(
+        &self,
+        ctx: &SessionContext,
+        database: &str,
+        visible: &VisibleDatabases,
+    ) -> Result<(), DataFusionError>;
+}
