@@ -1,8 +1,9 @@
 //! `quiver-flight` is Quiver's Arrow Flight SQL service (gRPC, `flight_addr`, 127.0.0.1:8815 by
 //! default): what ADBC's Flight SQL driver, `pyarrow.flight` and the Flight SQL JDBC driver
 //! speak. It knows nothing of the other protocols; errors become gRPC codes by their kind
-//! (`classified_status`). One file of ~1,000 lines because it is one `FlightSqlService`
-//! implementation whose trait methods share its private state.
+//! (`classified_status`). The `FlightSqlService` implementation is here; what its methods
+//! delegate to lives beside it: `metadata` (the catalog answers), `ingest` (bulk ingest),
+//! `result_types` (which Arrow types a caller receives) and `session` (the session actions).
 //!
 //! - Authentication (see `quiver_auth`): every call presents `authorization: Bearer <token>`
 //!   (a Quiver token, or the session handle a Handshake returned), `Basic` credentials with
@@ -36,13 +37,21 @@
 //!   Modes create, append and create_append; replace and temporary tables are refused.
 //! - Metadata: `GetSqlInfo`, `GetCatalogs` (`quiver`), `GetDbSchemas` (databases), `GetTables`
 //!   (with Arrow schemas), `GetTableTypes` (`TABLE`).
+//! - Sessions: `CloseSession` (which ADBC sends as a connection closes) forgets the Handshake
+//!   handle presented; `GetSessionOptions` answers none, `SetSessionOptions` refuses each
+//!   option by name (Quiver has no session options over Flight yet).
 //! - Result types: the data model's own (tags dictionary-encoded, unsigned integers), or for
 //!   Arrow Java's client and the Flight SQL JDBC driver on it, which misread those, portable
 //!   ones (see [`ResultTypes`]); the `quiver-result-types` header chooses explicitly.
 
+mod ingest;
+mod metadata;
 mod observe;
+mod result_types;
+mod session;
 
 pub use observe::GrpcMetricsLayer;
+use result_types::ResultTypes;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -58,17 +67,16 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
     CommandStatementIngest, CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt,
-    SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
+    Action, ActionType, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
     HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
 use datafusion::common::ScalarValue;
@@ -76,13 +84,11 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
 use prost::Message;
 use quiver_auth::{Authenticator, Caller, Presented};
-use quiver_cache::{AnswerBody, EncodingKey, QueryRequest, QueryService};
-use quiver_ingest::arrow_ingest::table_from_arrow;
-use quiver_ingest::arrow_ipc::MessageChecker;
+use quiver_cache::{AnswerBody, QueryRequest, QueryService};
 use quiver_model::{Classify, ErrorKind};
 use quiver_query::governance::{Protocol, QueryControl};
-use quiver_query::{QueryError, QueryParams, CATALOG_NAME};
-use quiver_storage::{Durability, Store};
+use quiver_query::{QueryError, QueryParams};
+use quiver_storage::Store;
 use serde::{Deserialize, Serialize};
 
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -90,23 +96,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 /// Prepared statements unused this long are dropped.
 const PREPARED_IDLE: Duration = Duration::from_secs(3600);
-
-static SQL_INFO: LazyLock<SqlInfoData> = LazyLock::new(|| {
-    let mut builder = SqlInfoDataBuilder::new();
-    builder.append(SqlInfo::FlightSqlServerName, "Quiver");
-    builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-    builder.append(SqlInfo::FlightSqlServerArrowVersion, "1.3");
-    // Queries are read-only, but bulk ingest writes.
-    builder.append(SqlInfo::FlightSqlServerReadOnly, false);
-    builder.append(SqlInfo::FlightSqlServerBulkIngestion, true);
-    builder.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, false);
-    builder.append(SqlInfo::FlightSqlServerSql, true);
-    builder.append(SqlInfo::FlightSqlServerSubstrait, false);
-    builder.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-    builder.append(SqlInfo::FlightSqlServerCancel, false);
-    builder.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
-    builder.build().expect("static SQL info is valid")
-});
 
 /// A statement carried by a ticket: enough to run it again at fetch time, and the schema
 /// its `FlightInfo` announced (a fingerprint), which the fetched answer must still have.
@@ -125,102 +114,6 @@ struct Prepared {
     caller: Caller,
     params: parking_lot::Mutex<QueryParams>,
 }
-
-/// Which Arrow types a caller receives; also the key a cached answer keeps its Flight data
-/// under (see [`frames`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ResultTypes {
-    /// The data model's types as they are: tags dictionary-encoded, unsigned integers
-    /// unsigned (ADBC, pyarrow and Arrow C++/Go/Rust read them).
-    Native,
-    /// Types every JDBC-style client reads correctly, as the PostgreSQL protocol maps them:
-    /// dictionary-encoded columns as plain columns of their values (the Flight SQL JDBC
-    /// driver reads a dictionary column's keys as its values), `UInt8`/`UInt16`/`UInt32` as
-    /// the next wider signed integer and `UInt64` as `Decimal128(20, 0)` (the driver reads
-    /// unsigned values as signed: 2^64 - 1 would arrive as -1).
-    Portable,
-}
-
-impl ResultTypes {
-    /// The header that chooses explicitly: `native` or `portable`.
-    const HEADER: &'static str = "quiver-result-types";
-
-    /// What the caller of a request with `metadata` gets: the `quiver-result-types` header's
-    /// choice, or else `Portable` for Arrow Java's Flight client (user agent `grpc-java…`,
-    /// which the JDBC driver uses) and `Native` for everyone else.
-    fn of(metadata: &MetadataMap) -> Result<Self, Status> {
-        if let Some(choice) = metadata.get(Self::HEADER) {
-            return match choice.to_str().map(str::trim) {
-                Ok(v) if v.eq_ignore_ascii_case("native") => Ok(ResultTypes::Native),
-                Ok(v) if v.eq_ignore_ascii_case("portable") => Ok(ResultTypes::Portable),
-                _ => Err(Status::invalid_argument(format!(
-                    "{}: expected `native` or `portable`",
-                    Self::HEADER
-                ))),
-            };
-        }
-        let java = metadata
-            .get("user-agent")
-            .and_then(|agent| agent.to_str().ok())
-            .is_some_and(|agent| agent.starts_with("grpc-java"));
-        Ok(if java {
-            ResultTypes::Portable
-        } else {
-            ResultTypes::Native
-        })
-    }
-
-    /// The type this caller receives a column of `data_type` as.
-    fn data_type(self, data_type: &DataType) -> DataType {
-        match (self, data_type) {
-            (ResultTypes::Native, _) => data_type.clone(),
-            (ResultTypes::Portable, DataType::Dictionary(_, value)) => self.data_type(value),
-            (ResultTypes::Portable, DataType::UInt8) => DataType::Int16,
-            (ResultTypes::Portable, DataType::UInt16) => DataType::Int32,
-            (ResultTypes::Portable, DataType::UInt32) => DataType::Int64,
-            (ResultTypes::Portable, DataType::UInt64) => DataType::Decimal128(20, 0),
-            (ResultTypes::Portable, other) => other.clone(),
-        }
-    }
-
-    /// `schema` as this caller receives it.
-    fn schema(self, schema: &SchemaRef) -> SchemaRef {
-        if schema
-            .fields()
-            .iter()
-            .all(|f| &self.data_type(f.data_type()) == f.data_type())
-        {
-            return schema.clone();
-        }
-        let fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| {
-                f.as_ref()
-                    .clone()
-                    .with_data_type(self.data_type(f.data_type()))
-            })
-            .collect();
-        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
-    }
-
-    /// `batch` in the types of [`ResultTypes::schema`] (every conversion is lossless).
-    fn batch(self, batch: RecordBatch) -> Result<RecordBatch, FlightError> {
-        let schema = self.schema(&batch.schema());
-        if Arc::ptr_eq(&schema, &batch.schema()) {
-            return Ok(batch);
-        }
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(schema.fields())
-            .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(RecordBatch::try_new(schema, columns)?)
-    }
-}
-
-impl EncodingKey for ResultTypes {}
 
 /// The Flight SQL service.
 pub struct QuiverFlightSql {
@@ -263,6 +156,11 @@ impl QuiverFlightSql {
                 .time_to_idle(PREPARED_IDLE)
                 .build(),
         }
+    }
+
+    /// Forgets a Handshake handle: later calls presenting it must authenticate again.
+    fn forget_handle(&self, handle: &str) {
+        self.sessions.invalidate(handle);
     }
 
     /// An unguessable 128-bit handle from the operating system's random source: handles and
@@ -459,11 +357,10 @@ fn encode(
 }
 
 /// One metadata batch as a `DoGet` stream.
-fn single_batch<E: std::fmt::Display>(
-    schema: SchemaRef,
-    batch: Result<RecordBatch, E>,
+fn single_batch(
+    (schema, batch): metadata::Answer,
 ) -> Result<Response<<QuiverFlightSql as FlightService>::DoGetStream>, Status> {
-    let batch = batch.map_err(|e| Status::internal(format!("cannot build metadata: {e}")))?;
+    let batch = batch?;
     Ok(Response::new(encode(
         schema,
         futures::stream::once(async move { Ok(batch) }).boxed(),
@@ -471,11 +368,21 @@ fn single_batch<E: std::fmt::Display>(
     )))
 }
 
-/// True if `authorization` is `Bearer <handle>` with a handle's shape (32 hex digits, see
+/// True if a bearer value has the shape of a handle the Handshake gives (32 hex digits, see
 /// `QuiverFlightSql::new_handle`), not a token's (`qv_...`).
-/// True if a bearer value has the shape of a handle the Handshake gives (32 hex digits).
 fn is_handle(bearer: &str) -> bool {
     bearer.len() == 32 && bearer.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The Handshake handle a call presents (`authorization: Bearer <handle>`), if it presents one.
+fn presented_handle(metadata: &MetadataMap) -> Option<&str> {
+    metadata
+        .get("authorization")?
+        .to_str()
+        .ok()
+        .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
+        .map(str::trim)
+        .filter(|bearer| is_handle(bearer))
 }
 
 fn strip_prefix_ignore_case<'a>(value: &'a str, prefix: &str) -> Option<&'a str> {
@@ -497,13 +404,11 @@ fn database_of(metadata: &MetadataMap) -> Result<String, Status> {
 }
 
 /// An error of a lower layer as the gRPC status of its kind: the one place Flight SQL decides
-/// it. The server's own failures (`INTERNAL`, `UNAVAILABLE`) are logged.
+/// it. Every failure is logged at the level its kind deserves ([`ErrorKind::log_failure`]).
 fn classified_status(e: &(impl Classify + ?Sized)) -> Status {
     let kind = e.kind();
     let message = e.to_string();
-    if kind.is_server_fault() {
-        tracing::error!(error = %message, ?kind, "Flight SQL request failed");
-    }
+    kind.log_failure("flight", &message);
     match kind {
         ErrorKind::Invalid | ErrorKind::TooLarge | ErrorKind::LimitExceeded => {
             Status::invalid_argument(message)
@@ -792,76 +697,7 @@ impl FlightSqlService for QuiverFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let caller = self.caller(&request)?;
-        let database = match &command.schema {
-            Some(schema) if !schema.is_empty() => schema.clone(),
-            _ => database_of(request.metadata())?,
-        };
-        caller
-            .require(quiver_auth::Action::Write, &database)
-            .map_err(|e| classified_status(&e))?;
-        check_ingest_target(&self.store, &database, &command)?;
-        // Every message is checked before Arrow's decoder sees it (it trusts the sizes a
-        // message declares); a compressed message may claim what an HTTP request body may.
-        let mut checker = MessageChecker::new();
-        let max_uncompressed = self.max_message_bytes;
-        let data = request
-            .into_inner()
-            .into_peekable()
-            .map_err(FlightError::from)
-            .enumerate()
-            .map(move |(index, data)| {
-                let data = data?;
-                let refused = |what: String| {
-                    FlightError::DecodeError(format!("Arrow IPC message {index}: {what}"))
-                };
-                let claimed = checker
-                    .check(&data.data_header, &data.data_body)
-                    .map_err(|e| refused(e.message))?;
-                if claimed > max_uncompressed {
-                    return Err(refused(format!(
-                        "its compressed buffers claim {claimed} bytes uncompressed; at most \
-                         {max_uncompressed} are accepted"
-                    )));
-                }
-                Ok(data)
-            });
-        let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
-        let mut rows: i64 = 0;
-        while let Some(batch) = batches.next().await {
-            let batch = batch.map_err(|e| {
-                Status::invalid_argument(format!(
-                    "cannot decode the Arrow data after {rows} rows were written: {e}"
-                ))
-            })?;
-            if batch.num_rows() == 0 {
-                continue;
-            }
-            caller
-                .require_active()
-                .and_then(|()| {
-                    self.auth
-                        .admit_write(&caller, batch.get_array_memory_size() as u64)
-                })
-                .map_err(|e| classified_status(&e))?;
-            let table = table_from_arrow(&command.table, &batch).map_err(|e| {
-                Status::invalid_argument(format!(
-                    "{e} ({rows} rows of earlier batches were written)"
-                ))
-            })?;
-            self.store
-                .write(&database, vec![table], Durability::Sync)
-                .await
-                .map_err(|e| classified_status(&e))?;
-            rows += batch.num_rows() as i64;
-        }
-        tracing::debug!(
-            database,
-            table = command.table,
-            rows,
-            "Flight SQL bulk ingest"
-        );
-        Ok(rows)
+        self.ingest(command, request).await
     }
 
     async fn get_flight_info_sql_info(
@@ -870,7 +706,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(&request)?;
-        let schema = query.clone().into_builder(&SQL_INFO).schema();
+        let schema = query.clone().into_builder(&metadata::SQL_INFO).schema();
         flight_info(&schema, &query, request)
     }
 
@@ -880,8 +716,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         self.caller(&request)?;
-        let builder = query.into_builder(&SQL_INFO);
-        single_batch(builder.schema(), builder.build())
+        single_batch(metadata::sql_info(query))
     }
 
     async fn get_flight_info_catalogs(
@@ -900,9 +735,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         self.caller(&request)?;
-        let mut builder = query.into_builder();
-        builder.append(CATALOG_NAME);
-        single_batch(builder.schema(), builder.build())
+        single_batch(metadata::catalogs(query))
     }
 
     async fn get_flight_info_schemas(
@@ -921,13 +754,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let visible = self.caller(&request)?.visible_databases();
-        let mut builder = query.into_builder();
-        for database in self.store.database_names() {
-            if visible.shows(&database) {
-                builder.append(CATALOG_NAME, database);
-            }
-        }
-        single_batch(builder.schema(), builder.build())
+        single_batch(metadata::schemas(query, &self.store, &visible))
     }
 
     async fn get_flight_info_tables(
@@ -947,26 +774,7 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let visible = self.caller(&request)?.visible_databases();
         let types = ResultTypes::of(request.metadata())?;
-        let mut builder = query.into_builder();
-        for database in self.store.database_names() {
-            let Some(db) = self
-                .store
-                .database(&database)
-                .filter(|_| visible.shows(&database))
-            else {
-                continue;
-            };
-            for name in db.table_names() {
-                let Some(table) = db.table(&name) else {
-                    continue;
-                };
-                let schema = types.schema(&table.schema());
-                builder
-                    .append(CATALOG_NAME, &database, &name, "TABLE", &schema)
-                    .map_err(Status::from)?;
-            }
-        }
-        single_batch(builder.schema(), builder.build())
+        single_batch(metadata::tables(query, &self.store, &visible, types))
     }
 
     async fn get_flight_info_table_types(
@@ -985,9 +793,7 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         self.caller(&request)?;
-        let mut builder = query.into_builder();
-        builder.append("TABLE");
-        single_batch(builder.schema(), builder.build())
+        single_batch(metadata::table_types(query))
     }
 
     async fn do_get_fallback(
@@ -1001,49 +807,27 @@ impl FlightSqlService for QuiverFlightSql {
         )))
     }
 
-    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
-}
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        match self.session_action(&request) {
+            Some(body) => {
+                let result = arrow_flight::Result { body: body? };
+                Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))))
+            }
+            None => Err(Status::unimplemented(format!(
+                "action {:?} is not supported (ListActions lists those that are)",
+                request.get_ref().r#type
+            ))),
+        }
+    }
 
-/// Refuses ingest options Quiver cannot honour, before any data is read.
-fn check_ingest_target(
-    store: &Store,
-    database: &str,
-    command: &CommandStatementIngest,
-) -> Result<(), Status> {
-    if command.temporary {
-        return Err(Status::unimplemented("temporary tables are not supported"));
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(session::action_types().into_iter().map(Ok).collect())
     }
-    if command.transaction_id.is_some() {
-        return Err(Status::unimplemented("transactions are not supported"));
-    }
-    if command
-        .catalog
-        .as_deref()
-        .is_some_and(|c| !c.is_empty() && c != CATALOG_NAME)
-    {
-        return Err(Status::not_found(format!(
-            "catalog {:?} does not exist (the only catalog is {CATALOG_NAME:?})",
-            command.catalog.as_deref().unwrap_or_default()
-        )));
-    }
-    let options = command.table_definition_options.unwrap_or_default();
-    let exists = store
-        .database(database)
-        .is_some_and(|db| db.table(&command.table).is_some());
-    match (exists, options.if_exists(), options.if_not_exist()) {
-        (true, TableExistsOption::Fail, _) => Err(Status::already_exists(format!(
-            "table {database}.{} exists (ingest with mode append to add rows)",
-            command.table
-        ))),
-        (true, TableExistsOption::Replace, _) => Err(Status::unimplemented(
-            "replacing a table is not supported; ingest with mode append",
-        )),
-        (false, _, TableNotExistOption::Fail) => Err(Status::not_found(format!(
-            "table {database}.{} does not exist (ingest with mode create to create it)",
-            command.table
-        ))),
-        _ => Ok(()),
-    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
 impl QuiverFlightSql {
