@@ -129,9 +129,7 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::Denied(denied) => access_code(denied.kind),
         QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
     };
-    if e.kind().is_server_fault() {
-        tracing::error!(error = %e, "PostgreSQL query failed");
-    }
+    e.kind().log_failure("postgres", &e.to_string());
     error(code, e.to_string())
 }
 

@@ -24,6 +24,7 @@ use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg
 use async_trait::async_trait;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::stream::BoxStream;
 use futures::{Sink, StreamExt, TryStreamExt};
@@ -50,6 +51,7 @@ use super::errors::{auth_error, error, fatal, query_error, sqlstate};
 use super::kept_rows::{kept_rows, RowEncoding, RowRecorder};
 use super::settings::{database_of, SessionSettings};
 use super::statement::{classify, Command};
+use super::table_visibility::TableVisibility;
 
 /// A statement as Parse stores it (extended protocol).
 #[derive(Debug)]
@@ -74,6 +76,7 @@ pub(super) struct PreparedQuery {
 pub(super) struct StatementParser {
     queries: Arc<QueryService>,
     sql: PostgresCompatibilityParser,
+    visibility: TableVisibility,
 }
 
 impl StatementParser {
@@ -81,15 +84,24 @@ impl StatementParser {
         StatementParser {
             queries,
             sql: PostgresCompatibilityParser::new(),
+            visibility: TableVisibility::new(),
         }
     }
 
     /// The statements of `sql` (none for an empty or comment-only string), parsed and
-    /// rewritten for compatibility within the engine's bounds on a statement's length and
-    /// nesting: `42601` if it is not valid SQL, `54000` / `54001` past a bound.
+    /// rewritten for compatibility (and for [`TableVisibility`]) within the engine's bounds on
+    /// a statement's length and nesting: `42601` if it is not valid SQL, `54000` / `54001` past
+    /// a bound.
     fn parse(&self, sql: &str) -> PgWireResult<Vec<SqlStatement>> {
         let limits = self.queries.engine().statement_limits();
-        parse_bounded(sql, limits, |sql| self.sql.parse(sql))
+        let parse = |sql: &str| -> Result<Vec<SqlStatement>, ParserError> {
+            let statements = self.sql.parse(sql)?;
+            Ok(statements
+                .into_iter()
+                .map(|statement| self.visibility.rewrite(statement))
+                .collect())
+        };
+        parse_bounded(sql, limits, parse)
             .map_err(|refused| query_error(&QueryError::StatementLimit(refused)))?
             .map_err(|e| error(sqlstate::SYNTAX_ERROR, format!("syntax error: {e}")))
     }

@@ -10,20 +10,21 @@
 //! - Simple and extended query protocol, named statements and portals, text and binary
 //!   parameters and results, pipelining, cancel requests, `SET` / `SHOW` / `BEGIN` / `COMMIT`
 //!   for drivers (see [`statement`]); errors carry SQLSTATE codes ([`errors`]).
-//! - `pg_catalog` and the PostgreSQL functions clients call ([`catalog`]).
+//! - `pg_catalog` and the PostgreSQL functions clients call ([`pg_catalog`], [`table_visibility`]).
 //! - Queries go through the result cache with the same keys as HTTP and Flight SQL.
 //!
 //! A broken or malicious connection only ends itself: each connection is its own task.
 
 mod cancel;
-mod catalog;
 mod connection;
 mod errors;
 mod handler;
 mod kept_rows;
+mod pg_catalog;
 mod settings;
 mod startup;
 mod statement;
+mod table_visibility;
 
 use std::sync::Arc;
 
@@ -32,7 +33,7 @@ use quiver_cache::QueryService;
 use quiver_storage::Store;
 use tokio::net::TcpListener;
 
-pub use catalog::PostgresCatalog;
+pub use pg_catalog::PostgresCatalog;
 
 use cancel::CancelRegistry;
 use handler::PgHandler;
