@@ -15,6 +15,9 @@ pub struct ApiError {
     body: Value,
     /// Seconds after which a retry may succeed (`Retry-After`), for errors a retry can cure.
     retry_after: Option<u32>,
+    /// The kind of failure of a lower layer's error; `None` for the HTTP layer's own errors
+    /// (whose status says what they are).
+    kind: Option<ErrorKind>,
 }
 
 /// Seconds a client refused because the server is busy is asked to wait.
@@ -31,6 +34,7 @@ impl ApiError {
             status,
             body: json!({ "error": message.into() }),
             retry_after: None,
+            kind: None,
         }
     }
 
@@ -40,6 +44,7 @@ impl ApiError {
             status,
             body: json!({ "error": message.into(), "data": data }),
             retry_after: None,
+            kind: None,
         }
     }
 
@@ -59,6 +64,7 @@ impl ApiError {
     /// An error of a lower layer, with the status of its kind.
     pub fn classified(e: &(impl Classify + ?Sized)) -> Self {
         let mut error = ApiError::new(status_of(e.kind()), e.to_string());
+        error.kind = Some(e.kind());
         if e.kind() == ErrorKind::Busy {
             error.retry_after = Some(BUSY_RETRY_AFTER_SECS);
         }
@@ -89,11 +95,12 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(status = %self.status, body = %self.body, "request failed");
+        let kind = self.kind.unwrap_or(if self.status.is_server_error() {
+            ErrorKind::Internal
         } else {
-            tracing::debug!(status = %self.status, body = %self.body, "request rejected");
-        }
+            ErrorKind::Invalid
+        });
+        kind.log_failure("http", &self.body.to_string());
         let mut response = (self.status, Json(self.body)).into_response();
         if let Some(secs) = self.retry_after {
             response

@@ -50,6 +50,27 @@ impl ErrorKind {
     pub fn is_server_fault(self) -> bool {
         matches!(self, ErrorKind::Unavailable | ErrorKind::Internal)
     }
+
+    /// Logs a failed request of this kind at the level it deserves, the one place every
+    /// protocol's failures are logged: the server's faults as errors (an operator must act);
+    /// time limits, a full queue and memory refusals as warnings (the operator may want to
+    /// raise a limit); cancellations as information (a client or an operator asked for
+    /// them); every other fault of the request at debug level (the client was told).
+    /// `protocol` names the front end (`http`, `flight`, `postgres`).
+    pub fn log_failure(self, protocol: &str, message: &str) {
+        match self {
+            ErrorKind::Internal | ErrorKind::Unavailable => {
+                tracing::error!(protocol, kind = ?self, error = %message, "request failed")
+            }
+            ErrorKind::TimedOut | ErrorKind::Busy | ErrorKind::ResourcesExhausted => {
+                tracing::warn!(protocol, kind = ?self, error = %message, "request stopped by a limit")
+            }
+            ErrorKind::Cancelled => {
+                tracing::info!(protocol, kind = ?self, error = %message, "request cancelled")
+            }
+            _ => tracing::debug!(protocol, kind = ?self, error = %message, "request rejected"),
+        }
+    }
 }
 
 /// An error that knows which [`ErrorKind`] it is.
