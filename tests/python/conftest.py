@@ -36,7 +36,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from quiver_testlib import free_ports, log_tail, stop_process, wait_for_health
+from quiver_testlib import (environment_without_quiver_variables, free_ports, log_tail,
+                            stop_process, wait_for_health)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "quiver"
@@ -101,7 +102,7 @@ def quiver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--flight-addr", f"127.0.0.1:{flight_port}",
         "--pg-addr", f"127.0.0.1:{pg_port}",
     ]
-    env = dict(os.environ)
+    env = environment_without_quiver_variables()
     env.setdefault("RUST_LOG", "info")
     env.setdefault("RUST_BACKTRACE", "1")
 
@@ -180,7 +181,7 @@ def spawn_quiver(tmp_path: Path, quiver_bin: Path) -> Iterator[Callable[..., Spa
             address_flags = ["--http-addr", f"127.0.0.1:{http_port}",
                              "--flight-addr", f"127.0.0.1:{flight_port}",
                              "--pg-addr", f"127.0.0.1:{pg_port}"]
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+        environment = environment_without_quiver_variables()
         environment.setdefault("RUST_BACKTRACE", "1")
         environment.update(env or {})
         log_path = tmp_path / f"quiver-{len(started)}.log"

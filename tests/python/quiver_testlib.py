@@ -16,6 +16,7 @@ from __future__ import annotations
 import decimal
 import gzip as gzip_lib
 import math
+import os
 import re
 import secrets
 import signal
@@ -44,6 +45,13 @@ Row = tuple[Any, ...]
 STARTUP_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 80
+
+
+def environment_without_quiver_variables() -> dict[str, str]:
+    """This process's environment less every ``QUIVER_*`` variable (the test run's own, such as
+    ``QUIVER_BIN``): a server refuses unknown ones, and a test's server gets only the settings
+    the test gives it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
 
 
 def free_ports(count: int) -> list[int]:

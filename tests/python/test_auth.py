@@ -19,7 +19,6 @@ through libpq), ADBC Flight SQL and pyarrow.flight.
 from __future__ import annotations
 
 import base64
-import os
 import stat
 import subprocess
 import time
@@ -33,8 +32,8 @@ import pytest
 import requests
 
 from conftest import SpawnedServer
-from quiver_testlib import (HTTP_TIMEOUT_S, create_token, free_ports, stop_process,
-                            unique_name, wait_for_health, write_lp)
+from quiver_testlib import (HTTP_TIMEOUT_S, create_token, environment_without_quiver_variables,
+                            free_ports, stop_process, unique_name, wait_for_health, write_lp)
 
 DB, OTHER = "metrics", "secrets"
 DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
@@ -50,7 +49,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def run_cli(quiver_bin: Path, *args: str) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+    environment = environment_without_quiver_variables()
     return subprocess.run([str(quiver_bin), *args], capture_output=True, text=True,
                           env=environment, timeout=60)
 
@@ -357,7 +356,7 @@ def test_an_exposed_server_needs_a_token_to_start(quiver_bin: Path, tmp_path: Pa
     assert f"quiver token create --admin --data-dir {data_dir}" in refused.stderr
     admin = offline_admin(quiver_bin, data_dir)
     log_path = tmp_path / "exposed.log"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+    environment = environment_without_quiver_variables()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(quiver_bin), *exposed], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=environment)

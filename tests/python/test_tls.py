@@ -38,7 +38,8 @@ import pytest
 import requests
 import trustme
 
-from quiver_testlib import (HTTP_TIMEOUT_S, free_ports, stop_process, wait_for_health)
+from quiver_testlib import (HTTP_TIMEOUT_S, environment_without_quiver_variables, free_ports,
+                            stop_process, wait_for_health)
 from test_auth import CATALOGS
 from test_jdbc import JAVA_DIR, classpath  # noqa: F401 (the fixture)
 
@@ -111,13 +112,9 @@ def issue(ca: trustme.CA, directory: Path, *names: str) -> tuple[Path, Path]:
 def offline_admin(quiver_bin: Path, data_dir: Path) -> str:
     created = subprocess.run([str(quiver_bin), "token", "create", "--admin", "--data-dir",
                               str(data_dir)], capture_output=True, text=True, timeout=60,
-                             env=clean_environment())
+                             env=environment_without_quiver_variables())
     assert created.returncode == 0, created.stderr
     return created.stdout.strip()
-
-
-def clean_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
 
 
 @pytest.fixture
@@ -141,7 +138,7 @@ def start_tls(quiver_bin: Path, tmp_path: Path) -> Iterator:
                  "--pg-addr", f"{bind}:{pg}", "--tls-cert-file", str(cert),
                  "--tls-key-file", str(key)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=clean_environment(), cwd=tmp_path)
+                env=environment_without_quiver_variables(), cwd=tmp_path)
         server = TlsServer(proc, http, flight_port, pg, ca_file, cert, key, admin, log_path)
         started.append(server)
         wait_for_health(proc, server.https, log_path, verify=str(ca_file))
@@ -183,7 +180,7 @@ def adbc_rows(server: TlsServer, sql: str, root_pem: str, uri: str | None = None
 def psql(server: TlsServer, conninfo: str, sql: str) -> subprocess.CompletedProcess:
     return subprocess.run(["psql", conninfo, "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
                            "-c", sql], capture_output=True, text=True, timeout=60,
-                          env=clean_environment())
+                          env=environment_without_quiver_variables())
 
 
 def test_every_protocol_serves_tls_with_tokens(start_tls) -> None:
@@ -408,7 +405,7 @@ def test_jdbc_drivers_connect_over_tls(start_tls, classpath: str) -> None:  # no
          "-cp", classpath, str(JAVA_DIR / "JdbcClients.java"),
          str(server.pg_port), str(server.flight_port), DB, "queries", sql],
         capture_output=True, text=True, timeout=600,
-        env={**clean_environment(), "QUIVER_TOKEN_NAME": "admin", "QUIVER_TOKEN": server.admin,
+        env={**environment_without_quiver_variables(), "QUIVER_TOKEN_NAME": "admin", "QUIVER_TOKEN": server.admin,
              "QUIVER_TLS_CA": str(server.ca_file)})
     assert result.returncode == 0, f"JdbcClients failed:\n{result.stdout}\n{result.stderr}"
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -437,7 +434,7 @@ def test_bad_tls_settings_refuse_to_start(quiver_bin: Path, tmp_path: Path) -> N
     ]
     for flags, message in cases:
         refused = subprocess.run([*base, *flags], capture_output=True, text=True, timeout=60,
-                                 env=clean_environment(), stdin=subprocess.DEVNULL)
+                                 env=environment_without_quiver_variables(), stdin=subprocess.DEVNULL)
         assert refused.returncode != 0, refused.stderr
         assert message in refused.stderr, refused.stderr
 

@@ -3,7 +3,9 @@
 //!
 //! Every key can be set at every level: in the file as `key = value`, in the environment as
 //! `QUIVER_KEY` (upper case), on the command line through the flags `serve` defines. Unknown keys
-//! in the file and malformed values anywhere are startup errors that name the key and the source.
+//! in the file, unknown `QUIVER_*` variables (other than [`NON_SETTING_VARIABLES`]) and
+//! malformed values anywhere are startup errors that name the key, the source and the nearest
+//! known key.
 
 use std::path::{Path, PathBuf};
 
@@ -88,6 +90,10 @@ impl Default for Config {
         }
     }
 }
+
+/// The `QUIVER_*` environment variables that are not settings: the configuration file's path
+/// and the token the client commands present. Any other `QUIVER_*` variable must name a key.
+pub const NON_SETTING_VARIABLES: &[&str] = &["QUIVER_CONFIG", "QUIVER_TOKEN"];
 
 /// A configuration that could not be loaded; the message names the key and where it came from.
 #[derive(Debug, thiserror::Error)]
@@ -216,7 +222,10 @@ impl Config {
                 .map_err(|e| ConfigError(format!("{source} is not valid TOML: {e}")))?;
             for (key, value) in table {
                 if !defaults.contains_key(&key) {
-                    return Err(ConfigError(format!("unknown key {key:?} in {source}")));
+                    return Err(ConfigError(format!(
+                        "unknown key {key:?} in {source}{}",
+                        suggestion(&key, defaults.keys().map(String::as_str))
+                    )));
                 }
                 set(&mut merged, &defaults, key, value, &source)?;
             }
@@ -225,10 +234,12 @@ impl Config {
             let Some(key) = name.strip_prefix("QUIVER_") else {
                 continue;
             };
+            if NON_SETTING_VARIABLES.contains(&name.as_str()) {
+                continue;
+            }
             let key = key.to_ascii_lowercase();
             let Some(default) = defaults.get(&key) else {
-                // Not a setting (QUIVER_CONFIG, a variable for tests): ignore rather than fail.
-                continue;
+                return Err(unknown_variable(name, &defaults));
             };
             let source = format!("environment variable {name}");
             let value = typed_like(default, raw, &source)?;
@@ -303,6 +314,33 @@ fn set(
     Ok(())
 }
 
+/// The error for a `QUIVER_*` variable that is neither a setting nor one of
+/// [`NON_SETTING_VARIABLES`] (a typo such as `QUIVER_HTTP_ADR` must not pass unnoticed).
+fn unknown_variable(name: &str, defaults: &Table) -> ConfigError {
+    let known = defaults
+        .keys()
+        .map(|key| format!("QUIVER_{}", key.to_ascii_uppercase()))
+        .chain(NON_SETTING_VARIABLES.iter().map(|v| v.to_string()))
+        .collect::<Vec<_>>();
+    ConfigError(format!(
+        "unknown environment variable {name}: no setting is called {:?}{}",
+        name["QUIVER_".len()..].to_ascii_lowercase(),
+        suggestion(name, known.iter().map(String::as_str))
+    ))
+}
+
+/// "; did you mean X?" for the known name nearest to `unknown`, if one is near enough to be a
+/// likely typo (an edit distance of at most a third of its length), else nothing.
+fn suggestion<'a>(unknown: &str, known: impl Iterator<Item = &'a str>) -> String {
+    let limit = unknown.len().div_ceil(3).max(2);
+    known
+        .map(|candidate| (strsim::levenshtein(unknown, candidate), candidate))
+        .filter(|(distance, _)| *distance <= limit)
+        .min()
+        .map(|(_, nearest)| format!("; did you mean {nearest}?"))
+        .unwrap_or_default()
+}
+
 /// Parses `raw` into a TOML value of the same type as `like`.
 fn typed_like(like: &Value, raw: &str, source: &str) -> Result<Value, ConfigError> {
     let bad = |what: &str| ConfigError(format!("{source} = {raw:?} is not a valid {what}"));
@@ -354,13 +392,48 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_quiver_variable_is_an_error_naming_the_nearest_key() {
+        let load = |pairs: &[(&str, &str)]| {
+            Config::load(None, env(pairs), &FlagOverrides::default()).map(|_| ())
+        };
+        let err = load(&[("QUIVER_HTTP_ADR", "127.0.0.1:9")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown environment variable QUIVER_HTTP_ADR: no setting is called \"http_adr\"; \
+             did you mean QUIVER_HTTP_ADDR?"
+        );
+        // far from every key: named, with no guess
+        let err = load(&[("QUIVER_SOMETHING_ELSE_ENTIRELY", "1")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown environment variable QUIVER_SOMETHING_ELSE_ENTIRELY: no setting is called \
+             \"something_else_entirely\""
+        );
+        // the variables that are not settings, and variables of other programs, pass
+        load(&[
+            ("QUIVER_TOKEN", "secret"),
+            ("QUIVER", "x"),
+            ("HTTP_ADR", "y"),
+            ("QUIVERX_HTTP_ADDR", "z"),
+        ])
+        .unwrap();
+        let err = load(&[("QUIVER_TOKENS", "secret")]).unwrap_err();
+        assert!(
+            err.to_string().ends_with("did you mean QUIVER_TOKEN?"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn errors_name_the_key_and_source() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.toml");
         std::fs::write(&path, "htp_addr = \"x\"\n").unwrap();
         let err = Config::load(Some(&path), env(&[]), &FlagOverrides::default()).unwrap_err();
         assert!(
-            err.to_string().contains("unknown key \"htp_addr\""),
+            err.to_string()
+                .contains("unknown key \"htp_addr\" in config file")
+                && err.to_string().ends_with("did you mean http_addr?"),
             "{err}"
         );
         let err = Config::load(

@@ -319,7 +319,7 @@ async fn the_cache_is_configurable_and_can_be_disabled() {
         (json!(false), json!(5))
     );
 
-    let printed = std::process::Command::new(common::quiver_bin())
+    let printed = common::quiver_command()
         .args([
             "config",
             "--cache-enabled",
@@ -342,7 +342,7 @@ async fn the_cache_is_configurable_and_can_be_disabled() {
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
-    let refused = std::process::Command::new(common::quiver_bin())
+    let refused = common::quiver_command()
         .args(["config", "--cache-capacity-bytes", "1000"])
         .output()
         .unwrap();

@@ -3,17 +3,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{quiver_bin, Server};
+use common::{quiver_command, Server};
 
 fn quiver(args: &[&str]) -> std::process::Output {
-    Command::new(quiver_bin())
-        .args(args)
-        .env_remove("QUIVER_HTTP_ADDR")
-        .output()
-        .unwrap()
+    quiver_command().args(args).output().unwrap()
 }
 
 fn assert_succeeded(output: &std::process::Output) {
@@ -33,7 +28,7 @@ fn config_merges_file_env_and_flags() {
         "http_addr = \"127.0.0.1:1111\"\npg_addr = \"127.0.0.1:2222\"\nmax_request_bytes = 10\n",
     )
     .unwrap();
-    let output = Command::new(quiver_bin())
+    let output = quiver_command()
         .args([
             "config",
             "--config",

@@ -35,6 +35,19 @@ pub fn quiver_bin() -> &'static str {
     env!("CARGO_BIN_EXE_quiver")
 }
 
+/// A command running the binary under test with none of the test run's own `QUIVER_*`
+/// variables (`QUIVER_TEST_SEED`, CI's `QUIVER_TEST_REQUIRE_TMPFS`, ...): the server refuses
+/// unknown ones, and a test's server gets only the settings the test gives it.
+pub fn quiver_command() -> Command {
+    let mut command = Command::new(quiver_bin());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("QUIVER_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 impl Server {
     /// Starts a server with default settings.
     pub async fn start() -> Server {
@@ -70,7 +83,7 @@ impl Server {
         let log_path = temp.path().join("quiver.log");
         let http_addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(quiver_bin())
+        let child = quiver_command()
             .arg("serve")
             .arg("--data-dir")
             .arg(&data_dir)
