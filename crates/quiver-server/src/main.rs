@@ -1,6 +1,8 @@
 //! The `quiver` binary: `serve` runs the server; `query`, `write`, `config` and `token` are
-//! thin clients and helpers around it (see the command-line contract in DESIGN.md).
+//! thin clients and helpers around it (see the command-line contract in
+//! `docs/architecture.md`).
 
+mod allocator;
 mod client;
 mod config;
 mod serve;

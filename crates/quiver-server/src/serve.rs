@@ -119,6 +119,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         max_queued_queries = query_options.max_queued_queries,
         max_sql_bytes = query_options.max_sql_bytes,
         max_sql_depth = query_options.max_sql_depth,
+        allocator = crate::allocator::NAME,
         "query governance"
     );
     query_options.session_setup.push(Arc::new(postgres_catalog));
