@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 pub use permission::{Action, DatabasePattern, Permission};
 pub use principal::{Caller, Principal};
 pub use secret::ScramVerifier;
-pub use store::{CreatedToken, TokenError, TokenInfo, TokenStore, TOKEN_FILE};
+pub use store::{CreatedToken, TokenError, TokenInfo, TokenStore, REFRESH_INTERVAL, TOKEN_FILE};
 
 use limits::{FailedLogins, KeyedRate};
 use secret::MAX_CREDENTIAL_BYTES;

@@ -35,6 +35,7 @@ pub async fn write_v3(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = WriteRequest {
+        endpoint: "write_lp",
         database: required(&params, "db")?,
         precision: precision(&params, Precision::Auto)?,
         accept_partial: boolean(&params, "accept_partial", true)?,
@@ -52,6 +53,7 @@ pub async fn write_v2(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = WriteRequest {
+        endpoint: "/api/v2/write",
         database: required(&params, "bucket")?,
         precision: precision(&params, Precision::Nanosecond)?,
         accept_partial: false,
@@ -69,6 +71,7 @@ pub async fn write_v1(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = WriteRequest {
+        endpoint: "/write",
         database: required(&params, "db")?,
         precision: precision(&params, Precision::Nanosecond)?,
         accept_partial: false,
@@ -78,6 +81,8 @@ pub async fn write_v1(
 }
 
 struct WriteRequest {
+    /// The endpoint as errors name it (`write_lp`, as InfluxDB 3 says, or the v1/v2 path).
+    endpoint: &'static str,
     database: String,
     precision: Precision,
     accept_partial: bool,
@@ -172,8 +177,13 @@ async fn write(
             .write(&request.database, tables, request.durability)
             .await?;
     }
+    let written = if writable { decoded.accepted_lines } else { 0 };
     if decoded.error_count == 0 {
-        return Ok(StatusCode::NO_CONTENT.into_response());
+        return Ok(with_line_counts(
+            StatusCode::NO_CONTENT.into_response(),
+            written,
+            0,
+        ));
     }
     let data: Vec<_> = decoded
         .errors
@@ -187,13 +197,32 @@ async fn write(
         })
         .collect();
     let message = if request.accept_partial {
-        "partial write of line protocol occurred"
+        "partial write of line protocol occurred".to_string()
     } else {
-        "parsing failed for write_lp endpoint; no lines were written"
+        format!(
+            "parsing failed for {} endpoint; no lines were written",
+            request.endpoint
+        )
     };
-    Err(ApiError::with_data(
-        StatusCode::BAD_REQUEST,
-        message,
-        json!(data),
+    let refused = ApiError::with_data(StatusCode::BAD_REQUEST, message, json!(data));
+    Ok(with_line_counts(
+        refused.into_response(),
+        written,
+        decoded.error_count,
     ))
+}
+
+/// The header that says how many lines a line-protocol write wrote.
+pub const LINES_WRITTEN_HEADER: &str = "x-quiver-lines-written";
+/// The header that says how many lines a line-protocol write rejected (all of them, where
+/// the body lists at most `max_reported_line_errors`).
+pub const LINES_REJECTED_HEADER: &str = "x-quiver-lines-rejected";
+
+/// `response` with the counts of written and rejected lines in its headers (what
+/// `quiver write` reports).
+fn with_line_counts(mut response: Response, written: usize, rejected: usize) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(LINES_WRITTEN_HEADER, written.into());
+    headers.insert(LINES_REJECTED_HEADER, rejected.into());
+    response
 }

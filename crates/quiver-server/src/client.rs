@@ -21,8 +21,21 @@ pub struct ServerAddress {
 }
 
 impl ServerAddress {
-    /// A request to `path` of the server, carrying the token if there is one.
+    /// A POST to `path` of the server, carrying the token if there is one.
     fn post(&self, path: &str) -> Result<reqwest::RequestBuilder, String> {
+        self.request(reqwest::Method::POST, path)
+    }
+
+    /// A GET of `path` of the server, carrying the token if there is one.
+    fn get(&self, path: &str) -> Result<reqwest::RequestBuilder, String> {
+        self.request(reqwest::Method::GET, path)
+    }
+
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, String> {
         if self.host.to_ascii_lowercase().starts_with("https://") {
             return Err(format!(
                 "quiver query and quiver write speak plain HTTP only; for a server with TLS use an HTTPS client, e.g. curl --cacert CA.pem {}/api/v3/query_sql",
@@ -30,7 +43,7 @@ impl ServerAddress {
             ));
         }
         let url = format!("{}{path}", self.host.trim_end_matches('/'));
-        let request = reqwest::Client::new().post(url);
+        let request = reqwest::Client::new().request(method, url);
         Ok(match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -38,14 +51,17 @@ impl ServerAddress {
     }
 }
 
+/// The database the client commands use when `--db` names none.
+const DEFAULT_DATABASE: &str = "default";
+
 /// Arguments of `quiver query`.
 #[derive(Debug, Args)]
 pub struct QueryArgs {
     #[command(flatten)]
     server: ServerAddress,
-    /// Database to query.
-    #[arg(long, default_value = "default")]
-    db: String,
+    /// Database to query (default: `default`).
+    #[arg(long)]
+    db: Option<String>,
     /// Output format: pretty, json, jsonl, csv, arrow or parquet (the last two are binary).
     #[arg(long, default_value = "pretty")]
     format: String,
@@ -59,7 +75,7 @@ pub struct WriteArgs {
     #[command(flatten)]
     server: ServerAddress,
     /// Database to write into (created on first write).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = DEFAULT_DATABASE)]
     db: String,
     /// Timestamp precision: auto, ns, us, ms or s.
     #[arg(long, default_value = "auto")]
@@ -70,15 +86,54 @@ pub struct WriteArgs {
 
 /// Runs `quiver query`: prints the server's answer to stdout, or its error to the caller.
 pub fn query(args: QueryArgs) -> Result<(), String> {
-    let body = serde_json::json!({ "db": args.db, "q": args.sql, "format": args.format });
-    let bytes = send(args.server.post("/api/v3/query_sql")?.json_body(&body))?;
+    let database = args.db.as_deref().unwrap_or(DEFAULT_DATABASE);
+    let body = serde_json::json!({ "db": database, "q": args.sql, "format": args.format });
+    let reply = exchange(args.server.post("/api/v3/query_sql")?.json_body(&body))?;
+    if !reply.status.is_success() {
+        let mut message = describe_error(reply.status, &reply.body);
+        if args.db.is_none() && reply.status == reqwest::StatusCode::NOT_FOUND {
+            message.push_str(&database_hint(&args.server));
+        }
+        return Err(message);
+    }
     use std::io::Write;
     std::io::stdout()
-        .write_all(&bytes)
+        .write_all(&reply.body)
         .map_err(|e| format!("cannot write to stdout: {e}"))
 }
 
-/// Runs `quiver write`: sends the whole file in one request.
+/// What to tell a user whose query without `--db` found no database `default`: how to name
+/// one, and which there are.
+fn database_hint(server: &ServerAddress) -> String {
+    let mut hint = format!(
+        "\n  quiver query reads database {DEFAULT_DATABASE:?} unless --db names one: \
+         quiver query --db NAME \"SQL\""
+    );
+    let listed = server
+        .get("/api/v3/configure/database")
+        .and_then(exchange)
+        .ok()
+        .filter(|reply| reply.status.is_success())
+        .and_then(|reply| serde_json::from_slice::<serde_json::Value>(&reply.body).ok());
+    if let Some(serde_json::Value::Array(databases)) = listed {
+        let names: Vec<&str> = databases
+            .iter()
+            .filter_map(|db| db["db"].as_str())
+            .collect();
+        if names.is_empty() {
+            hint.push_str("\n  the server has no databases yet (a write creates one)");
+        } else {
+            hint.push_str(&format!(
+                "\n  databases on the server: {}",
+                names.join(", ")
+            ));
+        }
+    }
+    hint
+}
+
+/// Runs `quiver write`: sends the whole file in one request and reports what was written
+/// (and every line the server rejected, with its number).
 pub fn write(args: WriteArgs) -> Result<(), String> {
     let mut data = Vec::new();
     let read = if args.file.as_os_str() == "-" {
@@ -87,6 +142,7 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
         std::fs::File::open(&args.file).and_then(|mut f| f.read_to_end(&mut data))
     };
     read.map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+    let bytes = data.len();
     let request = args
         .server
         .post("/api/v3/write_lp")?
@@ -95,8 +151,44 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
             ("precision", args.precision.as_str()),
         ])
         .body(data);
-    send(request)?;
-    Ok(())
+    let reply = exchange(request)?;
+    let count = |header: &str| {
+        reply
+            .headers
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let written = count(quiver_http::LINES_WRITTEN_HEADER);
+    let rejected = count(quiver_http::LINES_REJECTED_HEADER).unwrap_or(0);
+    let summary = match written {
+        Some(lines) => format!(
+            "wrote {lines} line{} ({bytes} bytes sent) to database {:?}",
+            plural(lines),
+            args.db
+        ),
+        None => format!("sent {bytes} bytes to database {:?}", args.db),
+    };
+    if reply.status.is_success() {
+        println!("{summary}");
+        return Ok(());
+    }
+    let error = describe_error(reply.status, &reply.body);
+    if written.is_some() && reply.status == reqwest::StatusCode::BAD_REQUEST {
+        return Err(format!(
+            "{summary}; {rejected} line{} rejected\n{error}",
+            plural(rejected)
+        ));
+    }
+    Err(error)
+}
+
+fn plural(count: usize) -> &'static str {
+    if count == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// Builds a JSON request body without reqwest's `json` feature.
@@ -111,9 +203,15 @@ impl JsonBody for reqwest::RequestBuilder {
     }
 }
 
-/// Sends `request` and returns the body of a successful response; an error response becomes
-/// the server's message (with its per-line details, if any).
-fn send(request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
+/// A server's response: its status, headers and whole body.
+struct Reply {
+    status: reqwest::StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// Sends `request` and reads the whole response.
+fn exchange(request: reqwest::RequestBuilder) -> Result<Reply, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -124,18 +222,22 @@ fn send(request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
             .await
             .map_err(|e| format!("cannot reach the server: {e}"))?;
         let status = response.status();
+        let headers = response.headers().clone();
         let body = response
             .bytes()
             .await
             .map_err(|e| format!("the server's response broke off: {e}"))?;
-        if status.is_success() {
-            return Ok(body.to_vec());
-        }
-        Err(describe_error(status, &body))
+        Ok(Reply {
+            status,
+            headers,
+            body: body.to_vec(),
+        })
     })
 }
 
-/// Renders an error response: the `error` message and, for partial writes, each rejected line.
+/// Renders an error response: the `error` message and, for rejected lines, each line once
+/// with its number (the server's message for a line may start with `line N, column C:`
+/// itself; the number is then not repeated).
 fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
         return format!(
@@ -149,10 +251,17 @@ fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     );
     if let Some(lines) = json["data"].as_array() {
         for line in lines {
+            let number = format!("line {}", line["line_number"]);
+            let reason = line["error_message"].as_str().unwrap_or("");
+            let located = if reason.starts_with(&format!("{number},"))
+                || reason.starts_with(&format!("{number}:"))
+            {
+                reason.to_string()
+            } else {
+                format!("{number}: {reason}")
+            };
             message.push_str(&format!(
-                "\n  line {}: {} ({})",
-                line["line_number"],
-                line["error_message"].as_str().unwrap_or(""),
+                "\n  {located} ({})",
                 line["original_line"].as_str().unwrap_or("")
             ));
         }

@@ -126,15 +126,32 @@ pub fn run(args: TokenArgs) -> Result<(), String> {
                 };
                 println!(
                     "{}\t{}\tcreated_at={}",
-                    token.name, grants, token.created_at
+                    token.name,
+                    grants,
+                    rfc3339(token.created_at)
                 );
             }
             Ok(())
         }
         TokenAction::Revoke { name, location } => {
             location.open()?.revoke(&name).map_err(|e| e.to_string())?;
-            eprintln!("token {name:?} revoked");
+            eprintln!(
+                "token {name:?} revoked (a running server on this data directory refuses it \
+                 within {} ms, in open sessions too)",
+                quiver_auth::REFRESH_INTERVAL.as_millis()
+            );
             Ok(())
         }
     }
+}
+
+/// Seconds since the epoch as an RFC 3339 UTC time (`2026-11-27T04:20:19Z`).
+fn rfc3339(epoch_secs: u64) -> String {
+    i64::try_from(epoch_secs)
+        .ok()
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+        .map_or_else(
+            || format!("{epoch_secs} (seconds since the epoch)"),
+            |time| time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
 }
