@@ -13,8 +13,8 @@
 # `SELECT 1` and the nine TSBS shapes over ROWS persisted rows (scripts/query-latency.py:
 # median of 15 per statement, result cache off), line-protocol ingest (quiver-loadgen, 4
 # connections x 5,000-line batches for 10 s, on a fresh directory), and the largest query's
-# memory: peak resident memory during `array_agg` of 30 M values, and resident memory before it
-# and 10 s after it. It ends with each measure's A / B ratio of the medians over the rounds
+# memory on the govbench server once it is idle: resident memory before `array_agg` of 30 M
+# values, its peak, and resident memory 10 s after it. It ends with each measure's A / B ratio of the medians over the rounds
 # (ingest as seconds per million rows, so that above 1 means A costs more), and geometric means.
 #
 # Builds both first (release: B, then A, then the tools).
@@ -78,6 +78,20 @@ stop
 # status_kb PID FIELD: a line of /proc/PID/status in kB (VmRSS, VmHWM)
 status_kb() { awk -v field="$2:" '$1 == field { print $2 }' "/proc/$1/status"; }
 
+# largest_query_memory: on the running server (idle, its data written), resident memory
+# before `array_agg` of 30 M values, its peak, and resident memory 10 s after it ended
+largest_query_memory() {
+    local before peak
+    before=$(status_kb "$pid" VmRSS)
+    curl -sf "http://$ADDR/api/v3/query_sql" -G --data-urlencode db=govbench \
+        --data-urlencode "q=SELECT array_length(array_agg(v), 1) FROM generate_series(1, 30000000) t(v)" \
+        >/dev/null
+    peak=$(status_kb "$pid" VmHWM)
+    sleep 10
+    echo "memory: before $((before / 1024)) MiB, peak $((peak / 1024)) MiB," \
+        "10 s after $(($(status_kb "$pid" VmRSS) / 1024)) MiB"
+}
+
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $(nproc) cores, $ROWS TSBS rows," \
     "$COMPARISON: $A against $B"
 for round in $(seq "$ROUNDS"); do
@@ -89,6 +103,7 @@ for round in $(seq "$ROUNDS"); do
         rm -rf "$work/probe"
         start "$work/quiver-$build" "$work/probe"
         "$TARGET/release/quiver-govbench" --url "http://$ADDR" latency --runs 300 | tee "$out"
+        largest_query_memory | tee -a "$out"
         stop
         start "$work/quiver-$build" "$work/tsbs" QUIVER_CACHE_ENABLED=false
         for _ in 1 2; do
@@ -102,15 +117,6 @@ for round in $(seq "$ROUNDS"); do
         "$TARGET/release/quiver-loadgen" --url "http://$ADDR" --db ingest --connections 4 \
             --batch-lines 5000 --batches 512 --hosts 1000 --seconds 10 |
             grep -o '[0-9]* rows/s' | head -1 | sed 's/^/ingest: /' | tee -a "$out"
-        curl -sf "http://$ADDR/api/v3/query_sql?db=ingest&q=SELECT+1" >/dev/null
-        before=$(status_kb "$pid" VmRSS)
-        curl -sf "http://$ADDR/api/v3/query_sql" --data-urlencode db=ingest -G \
-            --data-urlencode "q=SELECT array_length(array_agg(v), 1) FROM generate_series(1, 30000000) t(v)" \
-            >/dev/null
-        peak=$(status_kb "$pid" VmHWM)
-        sleep 10
-        echo "memory: before $((before / 1024)) MiB, peak $((peak / 1024)) MiB," \
-            "10 s after $(($(status_kb "$pid" VmRSS) / 1024)) MiB" | tee -a "$out"
         stop
     done
 done
