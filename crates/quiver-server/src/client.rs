@@ -235,9 +235,8 @@ fn exchange(request: reqwest::RequestBuilder) -> Result<Reply, String> {
     })
 }
 
-/// Renders an error response: the `error` message and, for rejected lines, each line once
-/// with its number (the server's message for a line may start with `line N, column C:`
-/// itself; the number is then not repeated).
+/// Renders an error response: the `error` message and, for rejected lines, each line with its
+/// number.
 fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
         return format!(
@@ -251,17 +250,10 @@ fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     );
     if let Some(lines) = json["data"].as_array() {
         for line in lines {
-            let number = format!("line {}", line["line_number"]);
-            let reason = line["error_message"].as_str().unwrap_or("");
-            let located = if reason.starts_with(&format!("{number},"))
-                || reason.starts_with(&format!("{number}:"))
-            {
-                reason.to_string()
-            } else {
-                format!("{number}: {reason}")
-            };
             message.push_str(&format!(
-                "\n  {located} ({})",
+                "\n  line {}: {} ({})",
+                line["line_number"],
+                line["error_message"].as_str().unwrap_or(""),
                 line["original_line"].as_str().unwrap_or("")
             ));
         }

@@ -49,7 +49,8 @@ impl DecodeOptions {
 pub struct LineError {
     /// 1-based line number in the request body.
     pub line_number: usize,
-    /// What was wrong (with the column within the line for syntax errors).
+    /// What was wrong (starting with `column C:` for syntax errors; the line is
+    /// `line_number`, not repeated here).
     pub message: String,
     /// The line as it was sent (lossily decoded if it was not UTF-8).
     pub original_line: String,
@@ -89,30 +90,33 @@ pub fn decode_line_protocol(
     let mut line = ParsedLine::default();
     let mut scratch = LineScratch::default();
     while let Some(result) = parser.next_line(&mut line) {
-        let outcome = result.map_err(|e| e.to_string()).and_then(|span| {
-            let time = match line.timestamp {
-                None => default_time,
-                Some(ts) => options.precision.to_nanos(ts).ok_or_else(|| {
-                    format!(
-                        "timestamp {ts} is out of range for precision {:?}",
-                        options.precision
-                    )
-                })?,
-            };
-            let index = match table_index.get(line.measurement.as_ref()) {
-                Some(&i) => i,
-                None => {
-                    let name = line.measurement.to_string();
-                    let columns = existing.existing_columns(&name);
-                    builders.push(TableBuilder::new(name.clone(), columns));
-                    table_index.insert(name, builders.len() - 1);
-                    builders.len() - 1
-                }
-            };
-            builders[index]
-                .append(&line, time, &mut scratch)
-                .map(|()| span)
-        });
+        // the line is the report's `line_number`: the message says only where in it
+        let outcome = result
+            .map_err(|e| format!("column {}: {}", e.column, e.message))
+            .and_then(|span| {
+                let time = match line.timestamp {
+                    None => default_time,
+                    Some(ts) => options.precision.to_nanos(ts).ok_or_else(|| {
+                        format!(
+                            "timestamp {ts} is out of range for precision {:?}",
+                            options.precision
+                        )
+                    })?,
+                };
+                let index = match table_index.get(line.measurement.as_ref()) {
+                    Some(&i) => i,
+                    None => {
+                        let name = line.measurement.to_string();
+                        let columns = existing.existing_columns(&name);
+                        builders.push(TableBuilder::new(name.clone(), columns));
+                        table_index.insert(name, builders.len() - 1);
+                        builders.len() - 1
+                    }
+                };
+                builders[index]
+                    .append(&line, time, &mut scratch)
+                    .map(|()| span)
+            });
         match outcome {
             Ok(_) => out.accepted_lines += 1,
             Err(message) => {
@@ -514,6 +518,17 @@ mod tests {
         assert_eq!(out.error_count, 50);
         assert_eq!(out.errors.len(), 3);
         assert_eq!(out.errors[2].line_number, 3);
+        // a syntax error says where in its line; the line is `line_number`, said once
+        assert!(
+            out.errors[2].message.starts_with("column 4: "),
+            "{}",
+            out.errors[2].message
+        );
+        assert!(
+            !out.errors[2].message.contains("line 3"),
+            "{}",
+            out.errors[2].message
+        );
     }
 
     #[test]
