@@ -91,7 +91,7 @@ use quiver_query::{QueryError, QueryParams};
 use quiver_storage::Store;
 use serde::{Deserialize, Serialize};
 
-use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 
 /// Prepared statements unused this long are dropped.
@@ -181,11 +181,7 @@ impl QuiverFlightSql {
         let caller = match request.metadata().get("authorization") {
             None => self.auth.authenticate(Presented::Nothing, peer),
             Some(value) => {
-                let bearer = value
-                    .to_str()
-                    .ok()
-                    .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
-                    .map(str::trim);
+                let bearer = bearer_of(value);
                 match bearer.and_then(|bearer| self.sessions.get(bearer)) {
                     Some(caller) => self.auth.admit_handle(&caller, peer).map(|()| caller),
                     // a handle that expired or predates a restart (128 random bits: not worth
@@ -374,15 +370,18 @@ fn is_handle(bearer: &str) -> bool {
     bearer.len() == 32 && bearer.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The Handshake handle a call presents (`authorization: Bearer <handle>`), if it presents one.
-fn presented_handle(metadata: &MetadataMap) -> Option<&str> {
-    metadata
-        .get("authorization")?
+/// What an `authorization: Bearer <value>` header presents (a token or a handle).
+fn bearer_of(authorization: &MetadataValue<Ascii>) -> Option<&str> {
+    authorization
         .to_str()
         .ok()
         .and_then(|v| strip_prefix_ignore_case(v, "bearer "))
         .map(str::trim)
-        .filter(|bearer| is_handle(bearer))
+}
+
+/// The Handshake handle a call presents (`authorization: Bearer <handle>`), if it presents one.
+fn presented_handle(metadata: &MetadataMap) -> Option<&str> {
+    bearer_of(metadata.get("authorization")?).filter(|bearer| is_handle(bearer))
 }
 
 fn strip_prefix_ignore_case<'a>(value: &'a str, prefix: &str) -> Option<&'a str> {
