@@ -41,9 +41,8 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::provider::{
-    external, is_time_column, note_read, project_by_name, query_now_ns, time_bounds, QuiverTable,
-};
+use crate::provider::{external, note_read, project_by_name, query_now_ns, QuiverTable};
+use crate::time_filter::{is_time_column, time_bounds};
 
 /// The analyzer rule that routes last-point plans to [`LatestRowsTable`] (module docs).
 #[derive(Debug, Default)]

@@ -29,6 +29,7 @@ mod sql_catalog;
 pub mod statement_limits;
 mod tag_filter;
 mod time_bin;
+mod time_filter;
 mod time_order_limit;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};

@@ -41,7 +41,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
-    Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
+    Expr, TableProviderFilterPushDown, TableType,
 };
 use datafusion::object_store::local::LocalFileSystem;
 use datafusion::physical_expr::expressions::{Column, Literal};
@@ -62,6 +62,7 @@ use crate::dedup_exec::DeduplicateExec;
 use crate::plan_cache::ScansRead;
 use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
 use crate::tag_filter::keep_matching_tags;
+use crate::time_filter::{is_time_range, time_bounds, TimeBounds};
 
 /// The object store that holds a durable store's files: its data directory, registered in
 /// the engine's runtime (see [`register_data_store`]). Files are addressed by their
@@ -704,21 +705,6 @@ fn applied_exactly(expr: &Expr, tags: &std::collections::HashSet<String>) -> boo
     })
 }
 
-/// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
-fn is_time_range(expr: &Expr) -> bool {
-    match expr {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => time_comparison(left, *op, right)
-            .is_some_and(|(op, _)| {
-                matches!(
-                    op,
-                    Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-                )
-            }),
-        Expr::Between(between) => time_between(between).is_some(),
-        _ => false,
-    }
-}
-
 /// The rows of `file` under `schema` from the columns the chunk cache holds decoded, if it
 /// holds every one of them.
 fn decoded_batch(
@@ -809,115 +795,6 @@ fn with_source_column(input: Arc<dyn ExecutionPlan>, order: u64) -> Result<Arc<d
     Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
 }
 
-/// The range of `time` values the query's filters allow (inclusive), from conjuncts of the
-/// form `time <op> <timestamp literal>` and `time BETWEEN a AND b`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TimeBounds {
-    /// The oldest time allowed.
-    pub(crate) min: i64,
-    /// The newest time allowed.
-    pub(crate) max: i64,
-}
-
-impl TimeBounds {
-    /// No bound at all.
-    pub(crate) const ALL: TimeBounds = TimeBounds {
-        min: i64::MIN,
-        max: i64::MAX,
-    };
-
-    fn overlaps(&self, lo: i64, hi: i64) -> bool {
-        lo <= self.max && hi >= self.min
-    }
-
-    fn restrict(&mut self, op: Operator, value: i64) {
-        match op {
-            Operator::Gt => self.min = self.min.max(value.saturating_add(1)),
-            Operator::GtEq => self.min = self.min.max(value),
-            Operator::Lt => self.max = self.max.min(value.saturating_sub(1)),
-            Operator::LtEq => self.max = self.max.min(value),
-            Operator::Eq => {
-                self.min = self.min.max(value);
-                self.max = self.max.min(value);
-            }
-            _ => {}
-        }
-    }
-}
-
-pub(crate) fn time_bounds(filters: &[Expr]) -> TimeBounds {
-    let mut bounds = TimeBounds::ALL;
-    for filter in filters {
-        collect_bounds(filter, &mut bounds);
-    }
-    bounds
-}
-
-fn collect_bounds(expr: &Expr, bounds: &mut TimeBounds) {
-    match expr {
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::And,
-            right,
-        }) => {
-            collect_bounds(left, bounds);
-            collect_bounds(right, bounds);
-        }
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            if let Some((op, value)) = time_comparison(left, *op, right) {
-                bounds.restrict(op, value);
-            }
-        }
-        Expr::Between(between) => {
-            if let Some((low, high)) = time_between(between) {
-                bounds.restrict(Operator::GtEq, low);
-                bounds.restrict(Operator::LtEq, high);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// `time <op> <timestamp literal>` with `time` on either side, as the operator seen from
-/// `time` and the literal in nanoseconds.
-fn time_comparison(left: &Expr, op: Operator, right: &Expr) -> Option<(Operator, i64)> {
-    if is_time_column(left) {
-        Some((op, timestamp_ns(right)?))
-    } else if is_time_column(right) {
-        Some((op.swap()?, timestamp_ns(left)?))
-    } else {
-        None
-    }
-}
-
-/// `time BETWEEN <timestamp> AND <timestamp>` (not negated), in nanoseconds.
-fn time_between(between: &Between) -> Option<(i64, i64)> {
-    if between.negated || !is_time_column(&between.expr) {
-        return None;
-    }
-    Some((timestamp_ns(&between.low)?, timestamp_ns(&between.high)?))
-}
-
-/// The table's `time` column, as is.
-pub(crate) fn is_time_column(expr: &Expr) -> bool {
-    matches!(expr, Expr::Column(c) if c.name == TIME_COLUMN)
-}
-
-/// A timestamp literal in nanoseconds; `None` (no bound, so nothing is pruned) if it is not
-/// one or does not fit in `i64` nanoseconds.
-fn timestamp_ns(expr: &Expr) -> Option<i64> {
-    let Expr::Literal(value, _) = expr else {
-        return None;
-    };
-    match value {
-        ScalarValue::TimestampNanosecond(Some(v), _) => Some(*v),
-        ScalarValue::TimestampMicrosecond(Some(v), _) => v.checked_mul(1_000),
-        ScalarValue::TimestampMillisecond(Some(v), _) => v.checked_mul(1_000_000),
-        ScalarValue::TimestampSecond(Some(v), _) => v.checked_mul(1_000_000_000),
-        _ => None,
-    }
-}
-
 /// Splits batches into `partitions` roughly equal, zero-copy groups of batches of at most
 /// `batch_size` rows, each projected to `schema` (the schema the query was planned with).
 fn partition(
@@ -980,59 +857,6 @@ mod tests {
             Some(v),
             Some("UTC".into()),
         ))
-    }
-
-    #[test]
-    fn time_bounds_from_filters() {
-        let b = time_bounds(&[col("time").gt_eq(ts(10)), col("time").lt(ts(20))]);
-        assert_eq!(b, TimeBounds { min: 10, max: 19 });
-        assert!(b.overlaps(19, 25) && b.overlaps(0, 10) && !b.overlaps(20, 30));
-        let b = time_bounds(&[ts(5).lt(col("time")).and(col("host").eq(lit("a")))]);
-        assert_eq!(
-            b,
-            TimeBounds {
-                min: 6,
-                max: i64::MAX
-            }
-        );
-        let b = time_bounds(&[col("time").between(ts(1), ts(3))]);
-        assert_eq!(b, TimeBounds { min: 1, max: 3 });
-        let b = time_bounds(&[col("time").gt(ts(1)).or(col("time").lt(ts(0)))]);
-        assert_eq!(
-            b,
-            TimeBounds {
-                min: i64::MIN,
-                max: i64::MAX
-            },
-            "OR is not a bound"
-        );
-    }
-
-    fn file(id: u64) -> Source {
-        Source::File(Arc::new(ParquetFile {
-            entry: quiver_storage::FileEntry {
-                id,
-                path: String::new(),
-                partition_start_ns: 0,
-                min_time_ns: 0,
-                max_time_ns: 0,
-                rows: 0,
-                bytes: 0,
-                generation: 0,
-                arrow_bytes: 0,
-            },
-            path: std::path::PathBuf::new(),
-        }))
-    }
-
-    fn ids(group: &[Source]) -> Vec<Option<u64>> {
-        group
-            .iter()
-            .map(|s| match s {
-                Source::File(f) => Some(f.entry.id),
-                Source::Buffer => None,
-            })
-            .collect()
     }
 
     #[test]

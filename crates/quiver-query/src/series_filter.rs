@@ -22,7 +22,7 @@ use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::Expr;
 use quiver_model::schema::TIME_COLUMN;
 
-use crate::provider::TimeBounds;
+use crate::time_filter::TimeBounds;
 use crate::tag_filter::{matching_codes, tag_comparison};
 
 /// Fewest rows a kept range should average for slices to be handed on as they are; below
@@ -202,7 +202,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::provider::time_bounds;
+    use crate::time_filter::time_bounds;
 
     /// Rows sorted by host then time: `series` of (host, number of rows), times 0, 10, 20...
     /// within each; `v` numbers the rows.

@@ -27,7 +27,7 @@ use datafusion::optimizer::AnalyzerRule;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::latest::{swap_quiver_source, ScanBelow};
-use crate::provider::is_time_column;
+use crate::time_filter::is_time_column;
 use crate::series_filter::SeriesEnd;
 
 /// The most rows per series a rewritten scan hands on; larger limits keep the plain scan.

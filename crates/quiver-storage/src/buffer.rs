@@ -11,6 +11,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex, RwLock};
 use quiver_wal::Apply;
 
+use crate::rollup_registry::RollupRegistry;
 use crate::table::{self, PreparedRows, Table};
 
 /// State shared by writers, the WAL's commit thread (which applies durable writes) and the
@@ -37,6 +38,8 @@ pub(crate) struct Buffer {
     /// be, if logging it fails): their rows are acknowledged writes, so persists still freeze
     /// them, by database name.
     pub(crate) dropping: Mutex<Vec<(String, Arc<Table>)>>,
+    /// The rollups, told about every applied write and drop (before the listeners).
+    pub(crate) rollups: Arc<RollupRegistry>,
 }
 
 /// What the WAL's commit thread makes visible once a record is durable.
@@ -88,7 +91,7 @@ pub(crate) struct PersisterSignal {
 }
 
 impl Buffer {
-    pub(crate) fn new(persist_bytes: usize) -> Self {
+    pub(crate) fn new(persist_bytes: usize, rollups: Arc<RollupRegistry>) -> Self {
         Buffer {
             gate: Mutex::new(Applied::default()),
             bytes: AtomicUsize::new(0),
@@ -99,6 +102,7 @@ impl Buffer {
             listeners: RwLock::new(Vec::new()),
             pending_drops: Mutex::new(Vec::new()),
             dropping: Mutex::new(Vec::new()),
+            rollups,
         }
     }
 
@@ -123,6 +127,7 @@ impl Buffer {
         // the catalog catches up with the next persist: the age threshold makes sure of one
         applied.oldest.get_or_insert_with(Instant::now);
         let tables = dropped.tables.clone();
+        self.rollups.tables_dropped(seq, &dropped);
         self.pending_drops.lock().push((seq, dropped));
         drop(applied);
         self.notify_listeners(tables.iter());
@@ -164,6 +169,7 @@ impl Buffer {
         applied.seq = applied.seq.max(seq);
         applied.oldest.get_or_insert_with(Instant::now);
         drop(applied);
+        self.rollups.rows_applied(&rows);
         self.notify_listeners(rows.tables());
         let total = self.bytes.fetch_add(added, Ordering::AcqRel) + added;
         if total >= self.persist_bytes {

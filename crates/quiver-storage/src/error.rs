@@ -102,6 +102,14 @@ pub enum StorageError {
         /// What exists, e.g. `database "metrics"`.
         what: String,
     },
+    /// A write to a rollup: rollups are kept from their base table, never written.
+    #[error("{name:?} is a rollup of table {table:?}: it is read-only (write to {table:?})")]
+    RollupIsReadOnly {
+        /// The rollup.
+        name: String,
+        /// Its base table.
+        table: String,
+    },
     /// A compaction was asked for while an asked-for one still runs.
     #[error("a requested compaction is already running; ask again once it has finished")]
     CompactionRunning,
@@ -167,7 +175,8 @@ impl Classify for StorageError {
             | StorageError::InvalidTableName { .. }
             | StorageError::SchemaConflict { .. }
             | StorageError::UnsupportedColumn { .. }
-            | StorageError::InvalidRetention { .. } => ErrorKind::Invalid,
+            | StorageError::InvalidRetention { .. }
+            | StorageError::RollupIsReadOnly { .. } => ErrorKind::Invalid,
             StorageError::AlreadyExists { .. } | StorageError::CompactionRunning => {
                 ErrorKind::Conflict
             }

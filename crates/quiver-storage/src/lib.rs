@@ -37,6 +37,9 @@ mod memory;
 mod persist;
 mod persister;
 mod retention;
+mod rollup;
+mod rollup_ranges;
+mod rollup_registry;
 mod series;
 mod table;
 #[cfg(test)]
@@ -71,6 +74,9 @@ pub use persist::{PersistOptions, TABLES_DIR};
 pub use persister::{PersistStats, PersistSummary};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use retention::RetentionPeriod;
+pub use rollup::{Coverage, RollupDefinition, RollupState, RollupStats};
+pub use rollup_ranges::{BucketGrid, Ranges};
+pub use rollup_registry::{RollupRegistry, ROLLUPS_DIR};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
 
 use buffer::{ApplyToTables, Buffer, Change, Dropped};
@@ -190,6 +196,8 @@ pub struct Store {
     /// Held while a requested compaction runs: a second request fails at once instead of
     /// holding a thread while it waits.
     requested_compaction: Mutex<()>,
+    /// The rollups of every table.
+    rollups: Arc<RollupRegistry>,
 }
 
 impl Default for Store {
@@ -202,16 +210,18 @@ impl Store {
     /// An empty store that keeps everything in memory only (no WAL, no files): for tests
     /// and tools.
     pub fn new(limits: StoreLimits) -> Self {
+        let rollups = Arc::new(RollupRegistry::default());
         Store {
             databases: Arc::new(RwLock::new(DatabaseMap::new())),
             limits,
             sequencer: Mutex::new(()),
-            buffer: Arc::new(Buffer::new(usize::MAX)),
+            buffer: Arc::new(Buffer::new(usize::MAX, rollups.clone())),
             persister: None,
             chunk_cache: Arc::new(ChunkCache::new(0)),
             default_retention: RetentionPeriod::FOREVER,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
+            rollups,
         }
     }
 
@@ -249,7 +259,8 @@ impl Store {
         let orphans_removed = persist::remove_orphans(&options.data_dir, &known)?;
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
-        let buffer = Arc::new(Buffer::new(options.persist.persist_bytes));
+        let rollups = Arc::new(RollupRegistry::open(Some(&options.data_dir), &state)?);
+        let buffer = Arc::new(Buffer::new(options.persist.persist_bytes, rollups.clone()));
         let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
         let persister = Arc::new(Persister::new(
             options.data_dir.clone(),
@@ -269,6 +280,7 @@ impl Store {
             default_retention,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
+            rollups,
         });
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
@@ -283,6 +295,9 @@ impl Store {
             ApplyToTables(store.buffer.clone()),
         )?;
         persister.set_wal(log);
+        store.rollups.forget_missing(|database, table| {
+            store.database(database).and_then(|db| db.table(table)).is_some()
+        });
         persister.start()?;
         let summary = OpenSummary {
             replay,
@@ -377,6 +392,12 @@ impl Store {
         validate_database_name(database)?;
         for table in &tables {
             validate_table_name(&table.name)?;
+            if let Some(rollup) = self.rollups.get(database, &table.name) {
+                return Err(StorageError::RollupIsReadOnly {
+                    name: table.name.clone(),
+                    table: rollup.definition().table.clone(),
+                });
+            }
         }
         if let Some(persister) = &self.persister {
             persister.wait_for_buffer_space().await?;
@@ -512,6 +533,53 @@ impl Store {
         // the new one is durable
         self.record_retention(name, retention, || db.set_retention(retention, default))?;
         Ok(db)
+    }
+
+    /// The rollups of every table.
+    pub fn rollups(&self) -> &Arc<RollupRegistry> {
+        &self.rollups
+    }
+
+    /// Creates a rollup (everything pending until the query layer computes it), durably.
+    /// Fails if its table does not exist, or its name is a table's or another rollup's.
+    pub fn create_rollup(
+        &self,
+        definition: RollupDefinition,
+    ) -> Result<Arc<RollupState>, StorageError> {
+        let _ddl = self.ddl.lock();
+        let db = self
+            .database(&definition.database)
+            .ok_or_else(|| StorageError::NotFound {
+                what: format!("database {:?}", definition.database),
+            })?;
+        if db.table(&definition.table).is_none() {
+            return Err(StorageError::NotFound {
+                what: format!(
+                    "table {:?} in database {:?}",
+                    definition.table, definition.database
+                ),
+            });
+        }
+        validate_table_name(&definition.name)?;
+        if db.table(&definition.name).is_some()
+            || self.rollups.get(&definition.database, &definition.name).is_some()
+        {
+            return Err(StorageError::AlreadyExists {
+                what: format!(
+                    "a table or rollup named {:?} in database {:?}",
+                    definition.name, definition.database
+                ),
+            });
+        }
+        let created_seq = self.buffer.gate.lock().seq;
+        self.rollups.create(definition, created_seq)
+    }
+
+    /// Drops rollup `name` of `database` and deletes its files (its base table keeps its
+    /// rows).
+    pub fn drop_rollup(&self, database: &str, name: &str) -> Result<(), StorageError> {
+        let _ddl = self.ddl.lock();
+        self.rollups.remove(database, name)
     }
 
     /// The server-wide retention period (databases without their own follow it).

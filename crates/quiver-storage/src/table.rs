@@ -115,6 +115,18 @@ impl TableSnapshot {
         Ok(self.buffer_series.get_or_init(|| starts))
     }
 
+    /// The largest `time` the snapshot holds, buffered or in a file (files by their
+    /// recorded range), if it holds any rows.
+    pub fn newest_time(&self) -> Option<i64> {
+        let files = self.files.iter().map(|f| f.entry.max_time_ns);
+        files.chain(self.buffer_range.map(|(_, hi)| hi)).max()
+    }
+
+    /// The largest id of the snapshot's files (0 without files).
+    pub fn newest_file_id(&self) -> u64 {
+        self.files.iter().map(|f| f.entry.id).max().unwrap_or(0)
+    }
+
     /// The smallest `time` the snapshot holds, buffered or in a file (files by their
     /// recorded range), if it holds any rows.
     pub fn oldest_time(&self) -> Option<i64> {
@@ -627,6 +639,11 @@ impl PreparedRows {
     /// The tables the rows go to.
     pub(crate) fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
         self.0.iter().map(|(table, _)| table)
+    }
+
+    /// Each table with its rows.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &(Arc<Table>, RecordBatch)> {
+        self.0.iter()
     }
 }
 

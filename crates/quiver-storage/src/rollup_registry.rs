@@ -1,0 +1,241 @@
+//! Every rollup of a store ([`RollupRegistry`]): created, listed and dropped here, loaded at
+//! start-up (before the WAL's replay, which then marks what it replays), told about every
+//! applied write and drop.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::TimestampNanosecondType;
+use parking_lot::RwLock;
+use quiver_model::schema::TIME_COLUMN;
+
+use crate::buffer::Dropped;
+use crate::catalog::CatalogState;
+use crate::rollup::{read_manifest, RollupDefinition, RollupState, MANIFEST_FILE};
+use crate::table::PreparedRows;
+use crate::StorageError;
+
+/// The rollups' directory inside the data directory: one sub-directory per rollup, named by
+/// its id.
+pub const ROLLUPS_DIR: &str = "rollups";
+
+/// The rollups of one store.
+#[derive(Debug, Default)]
+pub struct RollupRegistry {
+    /// `<data_dir>/rollups`; `None` for a memory-only store.
+    dir: Option<PathBuf>,
+    rollups: RwLock<Vec<Arc<RollupState>>>,
+    next_id: AtomicU64,
+    /// True while there is at least one rollup: writes skip the registry otherwise.
+    any: AtomicBool,
+}
+
+impl RollupRegistry {
+    /// The rollups kept in `data_dir` (none for `None`), with the buckets that base-table
+    /// files newer than each manifest touch marked pending.
+    pub(crate) fn open(
+        data_dir: Option<&Path>,
+        catalog: &CatalogState,
+    ) -> Result<Self, StorageError> {
+        let Some(data_dir) = data_dir else {
+            return Ok(RollupRegistry::default());
+        };
+        let dir = data_dir.join(ROLLUPS_DIR);
+        let mut rollups = Vec::new();
+        let mut next_id = 1;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries.collect::<Result<Vec<_>, _>>(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| StorageError::io(&dir, e))?;
+        for entry in entries {
+            let path = entry.path();
+            let Some(id) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            next_id = next_id.max(id + 1);
+            if !path.join(MANIFEST_FILE).exists() {
+                // created but never recorded: nothing of it was acknowledged
+                remove_dir(&path);
+                continue;
+            }
+            let manifest = read_manifest(&path)?;
+            let newer_files = newer_files(catalog, &manifest.definition, manifest.files_through_id);
+            let state = RollupState::load(&path, manifest)?;
+            for (min, max) in newer_files {
+                state.mark_changed(min, max);
+            }
+            rollups.push(Arc::new(state));
+        }
+        Ok(RollupRegistry {
+            dir: Some(dir),
+            any: AtomicBool::new(!rollups.is_empty()),
+            rollups: RwLock::new(rollups),
+            next_id: AtomicU64::new(next_id),
+        })
+    }
+
+    /// Adds a rollup with everything pending, durably. The caller checked the name and the
+    /// base table.
+    pub(crate) fn create(
+        &self,
+        definition: RollupDefinition,
+        created_seq: u64,
+    ) -> Result<Arc<RollupState>, StorageError> {
+        let dir = self.dir.as_ref().map(|dir| {
+            dir.join(self.next_id.fetch_add(1, Ordering::AcqRel).to_string())
+        });
+        let state = Arc::new(RollupState::new(definition, created_seq, dir));
+        state.save_new()?;
+        self.rollups.write().push(state.clone());
+        self.any.store(true, Ordering::Release);
+        Ok(state)
+    }
+
+    /// Drops the rollup `name` of `database` and deletes its files.
+    pub(crate) fn remove(&self, database: &str, name: &str) -> Result<(), StorageError> {
+        let removed = {
+            let mut rollups = self.rollups.write();
+            let position = rollups.iter().position(|r| {
+                r.definition().database == database && r.definition().name == name
+            });
+            let removed = position.map(|i| rollups.remove(i));
+            self.any.store(!rollups.is_empty(), Ordering::Release);
+            removed
+        };
+        let Some(removed) = removed else {
+            return Err(StorageError::NotFound {
+                what: format!("rollup {name:?} in database {database:?}"),
+            });
+        };
+        removed.mark_dropped();
+        if let Some(dir) = removed.dir() {
+            remove_dir(dir);
+        }
+        Ok(())
+    }
+
+    /// The rollup `name` of `database`.
+    pub fn get(&self, database: &str, name: &str) -> Option<Arc<RollupState>> {
+        self.rollups
+            .read()
+            .iter()
+            .find(|r| r.definition().database == database && r.definition().name == name)
+            .cloned()
+    }
+
+    /// The rollups of `table` in `database`.
+    pub fn of_table(&self, database: &str, table: &str) -> Vec<Arc<RollupState>> {
+        if !self.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.rollups
+            .read()
+            .iter()
+            .filter(|r| r.definition().database == database && r.definition().table == table)
+            .cloned()
+            .collect()
+    }
+
+    /// Every rollup, in creation order.
+    pub fn list(&self) -> Vec<Arc<RollupState>> {
+        self.rollups.read().clone()
+    }
+
+    /// Marks the buckets applied rows touch as pending in their tables' rollups.
+    pub(crate) fn rows_applied(&self, rows: &PreparedRows) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        for (table, batch) in rows.iter() {
+            let rollups = self.of_table(table.database(), table.name());
+            if rollups.is_empty() {
+                continue;
+            }
+            if let Some((min, max)) = time_range(batch) {
+                for rollup in &rollups {
+                    rollup.mark_changed(min, max);
+                }
+            }
+        }
+    }
+
+    /// Drops the rollups of the tables `dropped` took out (a drop logged at `seq`: rollups
+    /// created after it are of a table created since).
+    pub(crate) fn tables_dropped(&self, seq: u64, dropped: &Dropped) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        let gone: Vec<Arc<RollupState>> = self
+            .list()
+            .into_iter()
+            .filter(|r| {
+                let d = r.definition();
+                d.database == dropped.database
+                    && dropped.table.as_ref().is_none_or(|t| *t == d.table)
+                    && (seq == 0 || r.created_seq() < seq)
+            })
+            .collect();
+        for rollup in gone {
+            let d = rollup.definition();
+            let _ = self.remove(&d.database, &d.name);
+        }
+    }
+
+    /// Drops the rollups whose base table does not exist (`exists` says): their drop reached
+    /// the catalog before the rollup's files were deleted.
+    pub(crate) fn forget_missing(&self, exists: impl Fn(&str, &str) -> bool) {
+        for rollup in self.list() {
+            let d = rollup.definition();
+            if !exists(&d.database, &d.table) {
+                let _ = self.remove(&d.database, &d.name);
+            }
+        }
+    }
+}
+
+/// The smallest and largest `time` of a batch of table rows.
+fn time_range(batch: &RecordBatch) -> Option<(i64, i64)> {
+    let times = batch
+        .column_by_name(TIME_COLUMN)?
+        .as_primitive_opt::<TimestampNanosecondType>()?;
+    let min = arrow::compute::min(times)?;
+    let max = arrow::compute::max(times)?;
+    Some((min, max))
+}
+
+/// The time ranges of `definition`'s base-table files with ids above `through_id`.
+fn newer_files(
+    catalog: &CatalogState,
+    definition: &RollupDefinition,
+    through_id: u64,
+) -> Vec<(i64, i64)> {
+    catalog
+        .databases
+        .get(&definition.database)
+        .and_then(|db| db.tables.get(&definition.table))
+        .map(|table| {
+            table
+                .files
+                .iter()
+                .filter(|f| f.id > through_id)
+                .map(|f| (f.min_time_ns, f.max_time_ns))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn remove_dir(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %dir.display(), error = %e, "cannot remove a dropped rollup's files");
+        }
+    }
+}
