@@ -260,7 +260,7 @@ impl QueryService {
             now: None,
             control: how.control.clone(),
         };
-        if !self.config.enabled || how.no_cache {
+        if !self.config.enabled || how.no_cache || how.control.skip_rollups {
             return Lookup::Bypass(options);
         }
         let clock_bucket = match (&analysis.cacheability, self.config.clock_granularity) {

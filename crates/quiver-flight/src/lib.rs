@@ -439,13 +439,27 @@ fn control_for(caller: &Caller, metadata: &MetadataMap) -> Result<QueryControl, 
                 .ok_or_else(|| Status::invalid_argument("malformed grpc-timeout header"))?,
         ),
     };
+    let skip_rollups = match metadata.get(USE_ROLLUPS_HEADER).map(|v| v.to_str()) {
+        None => false,
+        Some(Ok(v)) if v.eq_ignore_ascii_case("false") => true,
+        Some(Ok(v)) if v.eq_ignore_ascii_case("true") => false,
+        Some(_) => {
+            return Err(Status::invalid_argument(format!(
+                "{USE_ROLLUPS_HEADER} must be true or false"
+            )))
+        }
+    };
     Ok(QueryControl {
         protocol: Protocol::Flight,
         timeout,
         timeout_setting: "the gRPC deadline",
         grants: caller.read_grants(),
+        skip_rollups,
     })
 }
+
+/// The request header that turns routing to rollups off for one call (`false`).
+pub const USE_ROLLUPS_HEADER: &str = "x-quiver-use-rollups";
 
 /// A `grpc-timeout` value: at most 8 digits and a unit.
 fn grpc_timeout(value: &str) -> Option<Duration> {

@@ -15,6 +15,7 @@ pub mod metrics;
 mod params;
 mod queries;
 mod query;
+mod rollup;
 mod storage;
 mod write;
 mod write_arrow;
@@ -70,6 +71,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/api/v3/configure/table", delete(configure::delete_table))
         .route(
+            "/api/v3/configure/rollup",
+            post(rollup::create_rollup).delete(rollup::delete_rollup),
+        )
+        .route(
             "/api/v3/configure/token",
             get(auth::list_tokens)
                 .post(auth::create_token)
@@ -90,6 +95,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v3/queries", get(queries::list))
         .route("/api/v3/queries/{id}", delete(queries::kill))
         .route("/api/v3/configure/database", get(configure::list_databases))
+        .route("/api/v3/configure/rollup", get(rollup::list_rollups))
         .merge(admin)
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(

@@ -52,6 +52,8 @@ pub struct QueryBody {
     params: Option<Value>,
     /// Seconds the query may run (a number; lowers `query_timeout_secs`, never raises it).
     timeout_secs: Option<Value>,
+    /// `false`: answer from raw rows only, never from a rollup (or the result cache).
+    use_rollups: Option<Value>,
 }
 
 /// `GET /api/v3/query_sql?db=&q=&format=&params=`
@@ -70,6 +72,7 @@ pub async fn query_get(
             .map(|p| params_from_text(p))
             .transpose()?,
         timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
+        use_rollups: params.get("use_rollups").map(|t| Value::String(t.clone())),
     };
     run(app, &caller, request, &headers).await
 }
@@ -98,6 +101,9 @@ pub async fn query_post(
     request.timeout_secs = request
         .timeout_secs
         .or_else(|| params.get("timeout_secs").map(|t| Value::String(t.clone())));
+    request.use_rollups = request
+        .use_rollups
+        .or_else(|| params.get("use_rollups").map(|t| Value::String(t.clone())));
     if request.params.is_none() {
         request.params = params
             .get("params")
@@ -140,6 +146,7 @@ async fn run(
             timeout: timeout(request.timeout_secs)?,
             timeout_setting: "timeout_secs",
             grants: caller.read_grants(),
+            skip_rollups: !use_rollups(request.use_rollups)?,
         },
     };
     let answer = app.queries.query(&query).await?;
@@ -152,6 +159,24 @@ async fn run(
         HeaderValue::from_static(answer.verdict.as_str()),
     );
     Ok(response)
+}
+
+/// The `use_rollups` parameter: a boolean (`true`/`false`, also as text); absent is `true`.
+fn use_rollups(value: Option<Value>) -> Result<bool, ApiError> {
+    match value {
+        None => Ok(true),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(Value::String(text)) => match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "on" | "1" => Ok(true),
+            "false" | "off" | "0" => Ok(false),
+            _ => Err(ApiError::bad_request(format!(
+                "use_rollups must be true or false, not {text:?}"
+            ))),
+        },
+        Some(other) => Err(ApiError::bad_request(format!(
+            "use_rollups must be true or false, not {other}"
+        ))),
+    }
 }
 
 /// A whole answer in `format`: its ready bytes, or encoded now and kept for the next request.

@@ -386,6 +386,7 @@ impl PgHandler {
             timeout: session.settings.statement_timeout(),
             timeout_setting: "statement_timeout",
             grants: session.caller.read_grants(),
+            skip_rollups: !session.settings.use_rollups(),
         };
         let how = Run {
             scope: session.caller.scope(),

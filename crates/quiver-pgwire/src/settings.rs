@@ -135,8 +135,17 @@ impl SessionSettings {
         if key == "statement_timeout" {
             parse_timeout(&value)?;
         }
+        if key == USE_ROLLUPS {
+            parse_switch(USE_ROLLUPS, &value)?;
+        }
         self.0.lock().insert(key, value);
         Ok(())
+    }
+
+    /// False if the session turned routing to rollups off (`SET quiver.use_rollups = off`).
+    pub(super) fn use_rollups(&self) -> bool {
+        let value = self.0.lock().get(USE_ROLLUPS).cloned();
+        value.is_none_or(|v| parse_switch(USE_ROLLUPS, &v).unwrap_or(true))
     }
 
     /// The session's `statement_timeout`, if it set one (0 is none).
@@ -200,6 +209,26 @@ impl SessionSettings {
         }
         all.sort_by_key(|(name, _)| name.to_ascii_lowercase());
         all
+    }
+}
+
+/// The session setting that turns routing to rollups on or off.
+const USE_ROLLUPS: &str = "quiver.use_rollups";
+
+/// A boolean setting as PostgreSQL reads one (`on`, `off`, `true`, `false`, `1`, `0`, ...).
+fn parse_switch(name: &str, value: &str) -> PgWireResult<bool> {
+    match value
+        .trim()
+        .trim_matches('\'')
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "on" | "true" | "yes" | "1" | "t" | "y" => Ok(true),
+        "off" | "false" | "no" | "0" | "f" | "n" => Ok(false),
+        _ => Err(error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("parameter \"{name}\" requires a Boolean value, not \"{value}\""),
+        )),
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use chrono::{DateTime, Utc};
+use datafusion::common::display::PlanType;
 use datafusion::common::{ParamValues, TableReference};
 use datafusion::error::DataFusionError;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
@@ -12,6 +13,7 @@ use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::explain::ExplainExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -35,6 +37,7 @@ use crate::options::QueryOptions;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
+use crate::rollup::{Maintainer, RollupRouteRule, Rollups, RoutingNotes, RoutingSettings};
 use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::statement_limits::{self, StatementLimits};
 use crate::time_order_limit::TimeOrderLimitRule;
@@ -70,6 +73,9 @@ pub struct QueryEngine {
     governor: Arc<Governor>,
     /// Optimized plans of repeated statements.
     plans: PlanCache,
+    /// The rollups' definitions, and the task keeping them up to date.
+    rollups: Arc<Rollups>,
+    _maintainer: Maintainer,
 }
 
 /// What a statement returns and what it needs bound, known before running it.
@@ -115,6 +121,12 @@ impl QueryEngine {
             settings.execution.time_zone, settings.sql_parser.enable_ident_normalization
         );
         let plans = PlanCache::new(&store);
+        let rollups = Arc::new(Rollups::new(
+            store.clone(),
+            session_config(&options),
+            runtime.clone(),
+        ));
+        let maintainer = Maintainer::start(&rollups);
         Ok(QueryEngine {
             store,
             options,
@@ -126,6 +138,8 @@ impl QueryEngine {
             semantic_settings,
             governor,
             plans,
+            rollups,
+            _maintainer: maintainer,
         })
     }
 
@@ -153,19 +167,14 @@ impl QueryEngine {
     ) -> Result<SessionContext, QueryError> {
         let config =
             session_config(&self.options).with_default_catalog_and_schema(CATALOG_NAME, database);
-        let state = SessionStateBuilder::new()
-            .with_config(config)
-            .with_runtime_env(self.runtime.clone())
-            .with_default_features()
-            .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
-            .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
-            .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
-            .build();
+        let state = state_builder(config, self.runtime.clone()).build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.register_catalog(
-            CATALOG_NAME,
-            Arc::new(QuiverCatalog::new(self.store.clone(), visible.clone())),
-        );
+        let catalog = QuiverCatalog::new(self.store.clone(), visible.clone())
+            .with_rollups(self.rollups.clone());
+        ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
+        ctx.add_analyzer_rule(Arc::new(RollupRouteRule {
+            rollups: self.rollups.clone(),
+        }));
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
         ctx.add_analyzer_rule(Arc::new(TimeOrderLimitRule));
         ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
@@ -293,7 +302,15 @@ impl QueryEngine {
         // planned here (short, and what fails most often: a 400 before anything runs),
         // executed on the governor's runtime
         let params = options.params.to_param_values();
-        let slot = PlanCache::slot(&self.store, analysis, &visible, params.is_some());
+        let slot = match options.control.skip_rollups {
+            // a plan kept for routed runs is not one that reads raw rows only
+            true => {
+                let settings = RoutingSettings { use_rollups: false };
+                state.config_mut().options_mut().extensions.insert(settings);
+                None
+            }
+            false => PlanCache::slot(&self.store, analysis, &visible, params.is_some()),
+        };
         let kept = slot.as_ref().and_then(|slot| self.plans.physical(slot));
         let (schema, physical) = match kept {
             Some(kept) => kept,
@@ -327,28 +344,36 @@ impl QueryEngine {
         let planned = guard_future("planning the query", async {
             // the answer's schema is the statement's (as describing it gives), not the
             // optimized plan's: the optimizer may change a column's nullability
-            let (optimized, schema, new_logical) = match cached {
-                Some((kept, schema)) => (kept, schema, false),
+            // `notes`: the rollup router's decisions, for an EXPLAIN; `None` for a kept plan
+            let (optimized, schema, notes) = match cached {
+                Some((kept, schema)) => (kept, schema, None),
                 None => {
                     let plan = logical_plan(state, analysis, params).await?;
                     let schema = Arc::new(plan.schema().as_arrow().clone());
-                    (state.optimize(&plan)?, schema, true)
+                    let (optimized, notes) = RoutingNotes::collect(|| state.optimize(&plan));
+                    (optimized?, schema, Some(notes))
                 }
             };
             let physical = state
                 .query_planner()
                 .create_physical_plan(&optimized, state)
                 .await?;
+            let physical = explain_routing(physical, notes.as_deref().unwrap_or_default());
             // kept only once it proved plannable: a statement that fails is not a hit later
             if let Some(slot) = slot {
                 self.plans.keep_physical(&slot, &physical, &schema, &scans);
-                if new_logical {
+                if notes.is_some() {
                     self.plans.insert(slot, &optimized, &schema);
                 }
             }
             Ok::<_, DataFusionError>((schema, physical))
         });
         Ok(planned.await?)
+    }
+
+    /// The rollups: created, listed and dropped through here.
+    pub fn rollups(&self) -> &Arc<Rollups> {
+        &self.rollups
     }
 
     /// The bounds on a statement's text and nesting, for a protocol that parses statements
@@ -428,7 +453,8 @@ impl QueryEngine {
         let Some(db) = self.store.database(&table.database) else {
             return Err(QueryError::DatabaseNotFound(table.database.clone()));
         };
-        if db.table(&table.table).is_none() {
+        let rollup = || self.rollups.spec(&table.database, &table.table).is_some();
+        if db.table(&table.table).is_none() && !rollup() {
             return Err(QueryError::TableNotFound {
                 database: table.database.clone(),
                 table: table.table.clone(),
@@ -506,6 +532,45 @@ fn spill_mode(data_dir: Option<&std::path::Path>) -> Result<DiskManagerMode, Que
 /// the sort's 10 MiB merge reserve: a sort on two keys of a 64 MiB query failed there instead
 /// of spilling. Sorting in place up to the query's whole memory keeps a spill within the
 /// query's memory (the concatenated copy is accounted for), whatever the keys.
+/// A session with DataFusion's defaults and Quiver's physical rules, over `runtime`.
+pub(crate) fn state_builder(
+    config: SessionConfig,
+    runtime: Arc<RuntimeEnv>,
+) -> SessionStateBuilder {
+    SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
+        .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
+        .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
+}
+
+/// `plan` with the router's decisions added to an `EXPLAIN`'s final logical plan.
+fn explain_routing(plan: Arc<dyn ExecutionPlan>, notes: &[String]) -> Arc<dyn ExecutionPlan> {
+    let Some(explain) = plan.downcast_ref::<ExplainExec>() else {
+        return plan;
+    };
+    if notes.is_empty() {
+        return plan;
+    }
+    let mut plans = explain.stringified_plans().to_vec();
+    if let Some(last) = plans
+        .iter_mut()
+        .rev()
+        .find(|p| matches!(p.plan_type, PlanType::FinalLogicalPlan))
+    {
+        let mut text = last.plan.as_ref().clone();
+        text.push_str("\nRollup routing:");
+        for note in notes {
+            text.push_str("\n  ");
+            text.push_str(note);
+        }
+        last.plan = Arc::new(text);
+    }
+    Arc::new(ExplainExec::new(explain.schema(), plans, explain.verbose()))
+}
+
 fn session_config(options: &QueryOptions) -> SessionConfig {
     SessionConfig::new()
         .with_information_schema(true)

@@ -40,9 +40,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
-use datafusion::logical_expr::{
-    Expr, TableProviderFilterPushDown, TableType,
-};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::object_store::local::LocalFileSystem;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
@@ -850,13 +848,32 @@ pub(crate) fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::prelude::{col, lit};
 
-    fn ts(v: i64) -> Expr {
-        lit(ScalarValue::TimestampNanosecond(
-            Some(v),
-            Some("UTC".into()),
-        ))
+    fn file(id: u64) -> Source {
+        Source::File(Arc::new(ParquetFile {
+            entry: quiver_storage::FileEntry {
+                id,
+                path: String::new(),
+                partition_start_ns: 0,
+                min_time_ns: 0,
+                max_time_ns: 0,
+                rows: 0,
+                bytes: 0,
+                generation: 0,
+                arrow_bytes: 0,
+            },
+            path: std::path::PathBuf::new(),
+        }))
+    }
+
+    fn ids(group: &[Source]) -> Vec<Option<u64>> {
+        group
+            .iter()
+            .map(|s| match s {
+                Source::File(f) => Some(f.entry.id),
+                Source::Buffer => None,
+            })
+            .collect()
     }
 
     #[test]

@@ -22,8 +22,8 @@ use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::Expr;
 use quiver_model::schema::TIME_COLUMN;
 
-use crate::time_filter::TimeBounds;
 use crate::tag_filter::{matching_codes, tag_comparison};
+use crate::time_filter::TimeBounds;
 
 /// Fewest rows a kept range should average for slices to be handed on as they are; below
 /// that, the kept rows are copied into one batch.

@@ -1,5 +1,6 @@
 //! DataFusion's view of the store: one catalog (`quiver`) whose schemas are Quiver databases
-//! and whose tables are [`QuiverTable`]s (write buffer and Parquet files), plus the system
+//! and whose tables are [`QuiverTable`]s (write buffer and Parquet files) and rollups (views
+//! of their statements, which the router answers from them), plus the system
 //! schemas a session registers (e.g. PostgreSQL's `pg_catalog`).
 
 use std::collections::HashMap;
@@ -8,12 +9,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::datasource::ViewTable;
 use datafusion::error::{DataFusionError, Result};
 use parking_lot::RwLock;
 use quiver_model::VisibleDatabases;
 use quiver_storage::{ChunkCache, Database, Store, RESERVED_DATABASE_NAMES};
 
 use crate::provider::QuiverTable;
+use crate::rollup::Rollups;
 
 /// The name of the one catalog Quiver exposes.
 pub const CATALOG_NAME: &str = "quiver";
@@ -32,6 +35,8 @@ pub struct QuiverCatalog {
     store: Arc<Store>,
     visible: VisibleDatabases,
     system: RwLock<HashMap<String, Arc<dyn SchemaProvider>>>,
+    /// Rollups shown as read-only tables of their databases (none without).
+    rollups: Option<Arc<Rollups>>,
 }
 
 impl QuiverCatalog {
@@ -41,6 +46,16 @@ impl QuiverCatalog {
             store,
             visible,
             system: RwLock::new(HashMap::new()),
+            rollups: None,
+        }
+    }
+
+    /// This catalog, with each rollup a table of its database: reading it runs the rollup's
+    /// statement (which the router answers from the rollup, exactly).
+    pub(crate) fn with_rollups(self, rollups: Arc<Rollups>) -> Self {
+        QuiverCatalog {
+            rollups: Some(rollups),
+            ..self
         }
     }
 }
@@ -69,6 +84,7 @@ impl CatalogProvider for QuiverCatalog {
             Arc::new(DatabaseSchema {
                 db,
                 chunk_cache: self.store.chunk_cache().clone(),
+                rollups: self.rollups.clone(),
             }) as Arc<dyn SchemaProvider>
         })
     }
@@ -93,6 +109,15 @@ impl CatalogProvider for QuiverCatalog {
 struct DatabaseSchema {
     db: Arc<Database>,
     chunk_cache: Arc<ChunkCache>,
+    rollups: Option<Arc<Rollups>>,
+}
+
+impl DatabaseSchema {
+    /// Rollup `name` of this database as a view of its statement.
+    fn rollup(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
+        let spec = self.rollups.as_ref()?.spec(self.db.name(), name)?;
+        Some(Arc::new(ViewTable::new(spec.plan.clone(), None)))
+    }
 }
 
 impl fmt::Debug for DatabaseSchema {
@@ -104,16 +129,22 @@ impl fmt::Debug for DatabaseSchema {
 #[async_trait]
 impl SchemaProvider for DatabaseSchema {
     fn table_names(&self) -> Vec<String> {
-        self.db.table_names()
+        let mut names = self.db.table_names();
+        if let Some(rollups) = &self.rollups {
+            names.extend(rollups.names(self.db.name()));
+            names.sort();
+        }
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        Ok(self.db.table(name).map(|table| {
-            Arc::new(QuiverTable::new(table, self.chunk_cache.clone())) as Arc<dyn TableProvider>
-        }))
+        Ok(match self.db.table(name) {
+            Some(table) => Some(Arc::new(QuiverTable::new(table, self.chunk_cache.clone()))),
+            None => self.rollup(name),
+        })
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.db.table(name).is_some()
+        self.db.table(name).is_some() || self.rollup(name).is_some()
     }
 }

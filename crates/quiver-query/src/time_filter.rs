@@ -102,7 +102,7 @@ pub(crate) fn is_time_column(expr: &Expr) -> bool {
 
 /// A timestamp literal in nanoseconds; `None` (no bound, so nothing is pruned) if it is not
 /// one or does not fit in `i64` nanoseconds.
-fn timestamp_ns(expr: &Expr) -> Option<i64> {
+pub(crate) fn timestamp_ns(expr: &Expr) -> Option<i64> {
     let Expr::Literal(value, _) = expr else {
         return None;
     };
@@ -114,7 +114,6 @@ fn timestamp_ns(expr: &Expr) -> Option<i64> {
         _ => None,
     }
 }
-
 
 /// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
 pub(crate) fn is_time_range(expr: &Expr) -> bool {
@@ -129,6 +128,13 @@ pub(crate) fn is_time_range(expr: &Expr) -> bool {
         Expr::Between(between) => time_between(between).is_some(),
         _ => false,
     }
+}
+
+/// A conjunct [`time_bounds`] reads whole: a time range ([`is_time_range`]) or `time = <timestamp>`.
+pub(crate) fn is_time_bound(expr: &Expr) -> bool {
+    is_time_range(expr)
+        || matches!(expr, Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right })
+            if time_comparison(left, Operator::Eq, right).is_some())
 }
 
 #[cfg(test)]
@@ -167,32 +173,5 @@ mod tests {
             },
             "OR is not a bound"
         );
-    }
-
-    fn file(id: u64) -> Source {
-        Source::File(Arc::new(ParquetFile {
-            entry: quiver_storage::FileEntry {
-                id,
-                path: String::new(),
-                partition_start_ns: 0,
-                min_time_ns: 0,
-                max_time_ns: 0,
-                rows: 0,
-                bytes: 0,
-                generation: 0,
-                arrow_bytes: 0,
-            },
-            path: std::path::PathBuf::new(),
-        }))
-    }
-
-    fn ids(group: &[Source]) -> Vec<Option<u64>> {
-        group
-            .iter()
-            .map(|s| match s {
-                Source::File(f) => Some(f.entry.id),
-                Source::Buffer => None,
-            })
-            .collect()
     }
 }

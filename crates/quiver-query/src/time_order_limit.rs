@@ -27,8 +27,8 @@ use datafusion::optimizer::AnalyzerRule;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::latest::{swap_quiver_source, ScanBelow};
-use crate::time_filter::is_time_column;
 use crate::series_filter::SeriesEnd;
+use crate::time_filter::is_time_column;
 
 /// The most rows per series a rewritten scan hands on; larger limits keep the plain scan.
 const MAX_ROWS_PER_SERIES: usize = 10_000;

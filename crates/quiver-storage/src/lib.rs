@@ -296,7 +296,10 @@ impl Store {
         )?;
         persister.set_wal(log);
         store.rollups.forget_missing(|database, table| {
-            store.database(database).and_then(|db| db.table(table)).is_some()
+            store
+                .database(database)
+                .and_then(|db| db.table(table))
+                .is_some()
         });
         persister.start()?;
         let summary = OpenSummary {
@@ -562,7 +565,10 @@ impl Store {
         }
         validate_table_name(&definition.name)?;
         if db.table(&definition.name).is_some()
-            || self.rollups.get(&definition.database, &definition.name).is_some()
+            || self
+                .rollups
+                .get(&definition.database, &definition.name)
+                .is_some()
         {
             return Err(StorageError::AlreadyExists {
                 what: format!(

@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use arrow::array::{AsArray, BooleanArray, RecordBatch};
-use arrow::record_batch::RecordBatchReader;
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::TimestampNanosecondType;
+use arrow::record_batch::RecordBatchReader;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +70,8 @@ pub struct RollupStats {
     /// backfill's progress, then how much of the data it answers from kept rows (the newest
     /// bucket, still receiving writes, is read raw).
     pub covered_fraction: f64,
-    /// Seconds since the oldest pending change was marked; 0 when nothing is pending.
+    /// Seconds the oldest change to a closed bucket has waited to be rolled up (changes to
+    /// the open bucket wait for it to close, read raw meanwhile); 0 when none waits.
     pub lag_seconds: f64,
     /// Seconds since the backfill started (while backfilling) or it took (once ready).
     pub backfill_seconds: f64,
@@ -148,7 +149,11 @@ struct SegmentEntry {
 
 impl RollupState {
     /// A new rollup with everything pending (nothing computed yet).
-    pub(crate) fn new(definition: RollupDefinition, created_seq: u64, dir: Option<PathBuf>) -> Self {
+    pub(crate) fn new(
+        definition: RollupDefinition,
+        created_seq: u64,
+        dir: Option<PathBuf>,
+    ) -> Self {
         let grid = BucketGrid::new(definition.bucket_ns, definition.origin_ns);
         let inner = Inner {
             pending: Ranges::of(i64::MIN, i64::MAX),
@@ -207,6 +212,8 @@ impl RollupState {
         let mut inner = self.inner.lock();
         let (start, end) = inner.pending.iter().next()?;
         if start >= open_from {
+            // what waits now is the open bucket, which queries read raw: no lag
+            inner.pending_since = None;
             if !inner.backfilled {
                 inner.backfilled = true;
                 if let Some((_, done)) = &mut inner.backfill {
@@ -250,9 +257,10 @@ impl RollupState {
         rows: &[RecordBatch],
         files_through_id: u64,
     ) -> Result<(), StorageError> {
+        let touched = self.segments_touched(range, rows)?;
         let before: Vec<(i64, Option<Segment>)> = {
             let inner = self.inner.lock();
-            self.segments_touched(range, rows)?
+            touched
                 .into_iter()
                 .map(|start| (start, inner.segments.get(&start).cloned()))
                 .collect()
@@ -347,7 +355,10 @@ impl RollupState {
         outstanding.extend(&inner.recomputing);
         let progress = match data {
             Some((lo, hi)) => {
-                let (lo, hi) = (self.grid.floor(lo), self.grid.floor(hi).saturating_add(self.grid.width));
+                let (lo, hi) = (
+                    self.grid.floor(lo),
+                    self.grid.floor(hi).saturating_add(self.grid.width),
+                );
                 let mut left_over = Ranges::new();
                 for (s, e) in outstanding.iter() {
                     left_over.insert(s.max(lo), e.min(hi));
@@ -362,8 +373,16 @@ impl RollupState {
                 .as_secs_f64()
         });
         RollupStats {
-            state: if inner.backfilled { "ready" } else { "backfilling" },
-            rows: inner.segments.values().map(|s| s.rows.num_rows() as u64).sum(),
+            state: if inner.backfilled {
+                "ready"
+            } else {
+                "backfilling"
+            },
+            rows: inner
+                .segments
+                .values()
+                .map(|s| s.rows.num_rows() as u64)
+                .sum(),
             bytes: inner.segments.values().map(|s| s.bytes).sum(),
             pending_ranges: outstanding.len(),
             covered_fraction: progress.clamp(0.0, 1.0),
@@ -380,11 +399,19 @@ impl RollupState {
     /// Rows kept in total (what choosing between rollups weighs).
     pub fn kept_rows(&self) -> u64 {
         let inner = self.inner.lock();
-        inner.segments.values().map(|s| s.rows.num_rows() as u64).sum()
+        inner
+            .segments
+            .values()
+            .map(|s| s.rows.num_rows() as u64)
+            .sum()
     }
 
     /// The segments `range` and `rows` touch.
-    fn segments_touched(&self, range: (i64, i64), rows: &[RecordBatch]) -> Result<Vec<i64>, StorageError> {
+    fn segments_touched(
+        &self,
+        range: (i64, i64),
+        rows: &[RecordBatch],
+    ) -> Result<Vec<i64>, StorageError> {
         let mut starts: Vec<i64> = {
             let inner = self.inner.lock();
             inner
@@ -524,7 +551,14 @@ impl RollupState {
         }
         let generation = segments
             .values()
-            .filter_map(|s| s.file.rsplit_once('-')?.1.strip_suffix(".parquet")?.parse().ok())
+            .filter_map(|s| {
+                s.file
+                    .rsplit_once('-')?
+                    .1
+                    .strip_suffix(".parquet")?
+                    .parse()
+                    .ok()
+            })
             .max()
             .unwrap_or(0);
         let grid = BucketGrid::new(manifest.definition.bucket_ns, manifest.definition.origin_ns);
@@ -558,12 +592,17 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, StorageError> {
     let path = dir.join(MANIFEST_FILE);
     let bytes = std::fs::read(&path).map_err(|e| StorageError::io(&path, e))?;
     serde_json::from_slice(&bytes).map_err(|e| {
-        StorageError::Catalog(format!("{} is not a valid rollup manifest: {e}", path.display()))
+        StorageError::Catalog(format!(
+            "{} is not a valid rollup manifest: {e}",
+            path.display()
+        ))
     })
 }
 
 /// The `time` column (bucket starts) of a rollup batch.
-fn bucket_times(batch: &RecordBatch) -> Result<&arrow::array::TimestampNanosecondArray, StorageError> {
+fn bucket_times(
+    batch: &RecordBatch,
+) -> Result<&arrow::array::TimestampNanosecondArray, StorageError> {
     batch
         .column_by_name(quiver_model::schema::TIME_COLUMN)
         .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
@@ -573,7 +612,10 @@ fn bucket_times(batch: &RecordBatch) -> Result<&arrow::array::TimestampNanosecon
 }
 
 /// The rows of `batch` whose bucket time passes `keep`.
-fn select_times(batch: &RecordBatch, keep: impl Fn(i64) -> bool) -> Result<RecordBatch, StorageError> {
+fn select_times(
+    batch: &RecordBatch,
+    keep: impl Fn(i64) -> bool,
+) -> Result<RecordBatch, StorageError> {
     let times = bucket_times(batch)?;
     let mask: BooleanArray = times.iter().map(|t| Some(t.is_some_and(&keep))).collect();
     if mask.true_count() == batch.num_rows() {
@@ -593,15 +635,18 @@ fn write_segment(path: &Path, rows: &RecordBatch) -> Result<u64, StorageError> {
     writer.write(rows)?;
     let file = writer.into_inner()?;
     file.sync_all().map_err(|e| StorageError::io(path, e))?;
-    let bytes = file.metadata().map_err(|e| StorageError::io(path, e))?.len();
+    let bytes = file
+        .metadata()
+        .map_err(|e| StorageError::io(path, e))?
+        .len();
     sync_dir(dir)?;
     Ok(bytes)
 }
 
 fn read_segment(path: &Path) -> Result<RecordBatch, StorageError> {
     let file = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?
-        .build()?;
+    let reader =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?.build()?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
     Ok(concat_batches(&schema, &batches)?)
@@ -611,7 +656,10 @@ fn remove_unnamed_files(dir: &Path, segments: &BTreeMap<i64, Segment>) -> Result
     let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))?;
     for entry in entries {
         let path = entry.map_err(|e| StorageError::io(dir, e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         let named = name == MANIFEST_FILE || segments.values().any(|s| s.file == name);
         if !named {
             std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;

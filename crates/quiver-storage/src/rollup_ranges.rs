@@ -50,7 +50,11 @@ impl BucketGrid {
 
     /// The start of the segment holding `t`.
     pub fn segment_floor(&self, t: i64) -> i64 {
-        floor_to(t, self.width.saturating_mul(self.segment_buckets), self.origin)
+        floor_to(
+            t,
+            self.width.saturating_mul(self.segment_buckets),
+            self.origin,
+        )
     }
 
     /// The end (exclusive) of the segment holding `t`.
@@ -200,7 +204,10 @@ mod tests {
         assert_eq!(grid.ceil(15 * MINUTE), 15 * MINUTE);
         assert_eq!(grid.floor(i64::MIN), i64::MIN);
         assert_eq!(grid.ceil(i64::MAX), i64::MAX);
-        assert_eq!(grid.covering(6 * MINUTE, 16 * MINUTE), (5 * MINUTE, 25 * MINUTE));
+        assert_eq!(
+            grid.covering(6 * MINUTE, 16 * MINUTE),
+            (5 * MINUTE, 25 * MINUTE)
+        );
         assert_eq!(grid.segment_buckets, 144);
         assert_eq!(grid.segment_end(i64::MAX - 1), i64::MAX);
     }

@@ -89,9 +89,10 @@ impl RollupRegistry {
         definition: RollupDefinition,
         created_seq: u64,
     ) -> Result<Arc<RollupState>, StorageError> {
-        let dir = self.dir.as_ref().map(|dir| {
-            dir.join(self.next_id.fetch_add(1, Ordering::AcqRel).to_string())
-        });
+        let dir = self
+            .dir
+            .as_ref()
+            .map(|dir| dir.join(self.next_id.fetch_add(1, Ordering::AcqRel).to_string()));
         let state = Arc::new(RollupState::new(definition, created_seq, dir));
         state.save_new()?;
         self.rollups.write().push(state.clone());
@@ -103,9 +104,9 @@ impl RollupRegistry {
     pub(crate) fn remove(&self, database: &str, name: &str) -> Result<(), StorageError> {
         let removed = {
             let mut rollups = self.rollups.write();
-            let position = rollups.iter().position(|r| {
-                r.definition().database == database && r.definition().name == name
-            });
+            let position = rollups
+                .iter()
+                .position(|r| r.definition().database == database && r.definition().name == name);
             let removed = position.map(|i| rollups.remove(i));
             self.any.store(!rollups.is_empty(), Ordering::Release);
             removed

@@ -88,6 +88,10 @@ pub struct QueryControl {
     /// (`information_schema`, `SHOW TABLES`, `pg_catalog`) and names the caller in the list
     /// of running queries.
     pub grants: Option<Arc<dyn ReadGrants>>,
+    /// Answer from raw rows only, never from a rollup (HTTP `use_rollups=false`, the
+    /// session setting `quiver.use_rollups`): for comparing, never answered from the result
+    /// cache either.
+    pub skip_rollups: bool,
 }
 
 impl QueryControl {

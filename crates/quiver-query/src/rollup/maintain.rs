@@ -1,0 +1,182 @@
+//! Keeping rollups up to date ([`Maintainer`]): a background task that, about once a second
+//! (at once after a rollup is created), takes each rollup's pending buckets from storage,
+//! recomputes their partial states from the base table's raw rows, and installs them; drops
+//! the segments a retention period expired; and reads the definitions of rollups loaded at
+//! start-up. Buckets still open (the one holding the current time, and later ones) are left
+//! to queries to read raw until they close, so live ingest costs one recomputation per
+//! bucket, not one per write.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use datafusion::datasource::provider_as_source;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::utils::conjunction;
+use quiver_storage::{Ranges, RollupState, Table};
+use tokio::task::JoinHandle;
+
+use super::definition::RollupSpec;
+use super::parts::time_ranges;
+use super::Rollups;
+use crate::provider::{external, QuiverTable};
+
+/// How often pending buckets are looked for when nothing wakes the task earlier.
+const ROUND: Duration = Duration::from_secs(1);
+
+/// How long one rollup's recomputation may run before the others get their turn.
+const ROUND_BUDGET: Duration = Duration::from_secs(2);
+
+/// The background task keeping rollups up to date; stops when dropped.
+#[derive(Debug)]
+pub(crate) struct Maintainer(Option<JoinHandle<()>>);
+
+impl Maintainer {
+    /// Starts the task on the current tokio runtime (none outside one: then rollups are
+    /// never computed, and queries read raw rows).
+    pub(crate) fn start(rollups: &Arc<Rollups>) -> Self {
+        let handle = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|runtime| runtime.spawn(run(Arc::downgrade(rollups))));
+        Maintainer(handle)
+    }
+}
+
+impl Drop for Maintainer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
+
+async fn run(rollups: Weak<Rollups>) {
+    loop {
+        let Some(strong) = rollups.upgrade() else {
+            return;
+        };
+        let worked = strong.maintain_round().await;
+        let wake = strong.wake.clone();
+        drop(strong);
+        if !worked {
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep(ROUND) => {}
+            }
+        }
+    }
+}
+
+impl Rollups {
+    /// One pass over every rollup; true if any recomputed something.
+    async fn maintain_round(&self) -> bool {
+        let mut worked = false;
+        for state in self.store.rollups().list() {
+            if state.is_dropped() {
+                continue;
+            }
+            let d = state.definition().clone();
+            let spec = match self.spec(&d.database, &d.name) {
+                Some(spec) => spec,
+                None => match self.read_spec(&d.database, &d.sql).await {
+                    Ok(spec) => self.keep_spec(&d.database, &d.name, spec),
+                    Err(e) => {
+                        tracing::warn!(db = %d.database, rollup = %d.name, error = %e, "cannot read a rollup's definition: it is not maintained or used");
+                        continue;
+                    }
+                },
+            };
+            let Some(table) = self
+                .store
+                .database(&d.database)
+                .and_then(|db| db.table(&d.table))
+            else {
+                continue;
+            };
+            match self.maintain(&spec, &state, &table).await {
+                Ok(recomputed) => worked |= recomputed,
+                Err(e) => {
+                    tracing::warn!(db = %d.database, rollup = %d.name, error = %e, "rollup maintenance failed; retrying")
+                }
+            }
+        }
+        worked
+    }
+
+    /// Expires what retention removed, then recomputes pending buckets for up to
+    /// [`ROUND_BUDGET`]; true if it recomputed any.
+    async fn maintain(
+        &self,
+        spec: &RollupSpec,
+        state: &RollupState,
+        table: &Arc<Table>,
+    ) -> Result<bool> {
+        let snapshot = table.snapshot().map_err(external)?;
+        let data = snapshot.oldest_time().zip(snapshot.newest_time());
+        // read before any bucket is taken: files persisted later mark it pending on restart
+        let files_through_id = snapshot.newest_file_id();
+        drop(snapshot);
+        let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        if let Some(cutoff) = table.retention_cutoff_ns(now_ns) {
+            state
+                .expire_before(cutoff, files_through_id)
+                .map_err(external)?;
+        }
+        let started = Instant::now();
+        let mut worked = false;
+        while started.elapsed() < ROUND_BUDGET {
+            let Some(range) = state.next_work(now_ns, data) else {
+                break;
+            };
+            worked = true;
+            let installed = match self.recompute(spec, table, range).await {
+                Ok(rows) => state
+                    .install(range, &rows, files_through_id)
+                    .map_err(external),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = installed {
+                state.abandon(range);
+                return Err(e);
+            }
+        }
+        Ok(worked)
+    }
+
+    /// The partial states of `table`'s raw rows in `range`, per bucket and group.
+    async fn recompute(
+        &self,
+        spec: &RollupSpec,
+        table: &Arc<Table>,
+        range: (i64, i64),
+    ) -> Result<Vec<RecordBatch>> {
+        let ctx = self.planning_context(table.database());
+        let provider = QuiverTable::new(table.clone(), self.store.chunk_cache().clone());
+        let mut filter = spec.filter.clone();
+        filter.extend(time_ranges(&Ranges::of(range.0, range.1)));
+        let plan = spec.partial_plan(
+            provider_as_source(Arc::new(provider)),
+            table.name(),
+            conjunction(filter),
+        )?;
+        ctx.execute_logical_plan(plan).await?.collect().await
+    }
+
+    /// Reads a rollup's statement in `database` (routing off: a rollup is defined over raw
+    /// rows).
+    pub(crate) async fn read_spec(
+        &self,
+        database: &str,
+        sql: &str,
+    ) -> Result<RollupSpec, super::RollupError> {
+        let invalid = |e: DataFusionError| super::RollupError::Invalid(e.strip_backtrace());
+        let ctx = self.planning_context(database);
+        let state = ctx.state();
+        let plan = state.create_logical_plan(sql).await.map_err(invalid)?;
+        let analyzed = state
+            .analyzer()
+            .execute_and_check(plan, state.config_options(), |_, _| {})
+            .map_err(invalid)?;
+        RollupSpec::read(&analyzed).map_err(super::RollupError::Invalid)
+    }
+}

@@ -1,0 +1,284 @@
+//! Rollups: aggregates kept per time bucket and tag group, maintained from every write, and
+//! used by queries on the base table without their asking, exactly.
+//!
+//! - [`definition`] reads a rollup's statement into what it keeps (partial states that
+//!   merge exactly) or says why it cannot be kept;
+//! - [`maintain`] recomputes the buckets writes touched (and backfills a new rollup) from
+//!   raw rows, in the background; storage ([`quiver_storage::RollupState`]) marks them, keeps
+//!   the rows and makes them durable;
+//! - [`route`] answers aggregates over a base table from its best rollup, reading raw rows
+//!   for what the rollup does not cover ([`parts`]), so answers never change.
+//!
+//! [`Rollups`] holds the definitions (storage holds the state) and is what the engine's
+//! management calls (create, list, drop) reach.
+
+pub(crate) mod definition;
+mod maintain;
+mod parts;
+mod route;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigExtension;
+use datafusion::common::extensions_options;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use parking_lot::RwLock;
+use quiver_model::VisibleDatabases;
+use quiver_model::{Classify, ErrorKind};
+use quiver_storage::{RollupDefinition, RollupState, RollupStats, StorageError, Store};
+use serde::Serialize;
+
+use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
+pub(crate) use definition::RollupSpec;
+pub(crate) use maintain::Maintainer;
+pub(crate) use route::RollupRouteRule;
+
+extensions_options! {
+    /// Quiver's per-query settings that change how a query is planned (never its answer).
+    pub struct RoutingSettings {
+        /// Answer aggregates from rollups where that is exact (`quiver.use_rollups`).
+        pub use_rollups: bool, default = true
+    }
+}
+
+impl ConfigExtension for RoutingSettings {
+    const PREFIX: &'static str = "quiver";
+}
+
+thread_local! {
+    static NOTES: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+/// What the router decided while one plan was analysed, for `EXPLAIN`: collected on the
+/// planning thread (analysis is synchronous).
+pub(crate) struct RoutingNotes;
+
+impl RoutingNotes {
+    /// Records a decision, if notes are being collected on this thread.
+    pub(crate) fn note(text: String) {
+        NOTES.with(|notes| {
+            if let Some(notes) = notes.borrow_mut().as_mut() {
+                notes.push(text);
+            }
+        });
+    }
+
+    /// Runs `f`, collecting the decisions it makes.
+    pub(crate) fn collect<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+        NOTES.with(|notes| *notes.borrow_mut() = Some(Vec::new()));
+        let result = f();
+        let notes = NOTES.with(|notes| notes.borrow_mut().take().unwrap_or_default());
+        (result, notes)
+    }
+}
+
+/// Why a rollup could not be created or dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum RollupError {
+    /// The statement is not one a rollup can keep exactly; the reason.
+    #[error("{0}")]
+    Invalid(String),
+    /// Storage refused (no such table, a name taken, a disk failure).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl Classify for RollupError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            RollupError::Invalid(_) => ErrorKind::Invalid,
+            RollupError::Storage(e) => e.kind(),
+        }
+    }
+}
+
+/// One rollup as `GET /api/v3/configure/rollup` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RollupInfo {
+    /// Its database.
+    pub db: String,
+    /// Its name.
+    pub name: String,
+    /// Its base table.
+    pub table: String,
+    /// Its statement.
+    pub sql: String,
+    /// Bucket width in seconds.
+    pub bucket_seconds: f64,
+    /// The tags it groups by.
+    pub tags: Vec<String>,
+    /// The partial states it keeps per bucket and group.
+    pub states: Vec<String>,
+    /// Where it stands.
+    #[serde(flatten)]
+    pub stats: RollupStats,
+}
+
+/// The rollups' definitions (module docs).
+pub struct Rollups {
+    store: Arc<Store>,
+    specs: RwLock<HashMap<(String, String), Arc<RollupSpec>>>,
+    /// Wakes the maintainer (a rollup was created).
+    wake: Arc<tokio::sync::Notify>,
+    /// What rollups are planned and computed with: the engine's settings and memory.
+    config: SessionConfig,
+    runtime: Arc<RuntimeEnv>,
+}
+
+impl std::fmt::Debug for Rollups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rollups")
+    }
+}
+
+impl Rollups {
+    pub(crate) fn new(store: Arc<Store>, config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Self {
+        Rollups {
+            store,
+            specs: RwLock::new(HashMap::new()),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            config,
+            runtime,
+        }
+    }
+
+    /// A session of `database` without routing, for defining and computing rollups.
+    pub(crate) fn planning_context(&self, database: &str) -> SessionContext {
+        let config = self
+            .config
+            .clone()
+            .with_default_catalog_and_schema(CATALOG_NAME, database);
+        let ctx = SessionContext::new_with_state(
+            crate::engine::state_builder(config, self.runtime.clone()).build(),
+        );
+        ctx.register_catalog(
+            CATALOG_NAME,
+            Arc::new(QuiverCatalog::new(
+                self.store.clone(),
+                VisibleDatabases::All,
+            )),
+        );
+        ctx
+    }
+
+    fn keep_spec(&self, database: &str, name: &str, spec: RollupSpec) -> Arc<RollupSpec> {
+        let spec = Arc::new(spec);
+        self.specs
+            .write()
+            .insert((database.to_string(), name.to_string()), spec.clone());
+        spec
+    }
+
+    /// The rollups of `table` whose definitions are read, with their state.
+    pub(crate) fn candidates(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Vec<(Arc<RollupSpec>, Arc<RollupState>)> {
+        let states = self.store.rollups().of_table(database, table);
+        if states.is_empty() {
+            return Vec::new();
+        }
+        let specs = self.specs.read();
+        states
+            .into_iter()
+            .filter_map(|state| {
+                let key = (database.to_string(), state.definition().name.clone());
+                specs.get(&key).map(|spec| (spec.clone(), state))
+            })
+            .collect()
+    }
+
+    /// The definition of rollup `name` of `database`, if it is read.
+    pub(crate) fn spec(&self, database: &str, name: &str) -> Option<Arc<RollupSpec>> {
+        self.specs
+            .read()
+            .get(&(database.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// The names of `database`'s rollups whose definitions are read.
+    pub(crate) fn names(&self, database: &str) -> Vec<String> {
+        self.specs
+            .read()
+            .keys()
+            .filter(|(db, _)| db == database)
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
+    /// Creates the rollup `name` of `database` from its statement: it is backfilled in the
+    /// background, and used by queries as it covers buckets.
+    pub async fn create(
+        &self,
+        database: &str,
+        name: &str,
+        sql: &str,
+    ) -> Result<RollupInfo, RollupError> {
+        if self.store.database(database).is_none() {
+            return Err(RollupError::Storage(StorageError::NotFound {
+                what: format!("database {database:?}"),
+            }));
+        }
+        let spec = self.read_spec(database, sql).await?;
+        let definition = RollupDefinition {
+            database: database.to_string(),
+            name: name.to_string(),
+            table: spec.table.clone(),
+            sql: sql.to_string(),
+            bucket_ns: spec.bucket.width,
+            origin_ns: spec.bucket.origin,
+        };
+        let state = self.store.create_rollup(definition)?;
+        let spec = self.keep_spec(database, name, spec);
+        self.wake.notify_one();
+        Ok(self.info(&state, &spec))
+    }
+
+    /// Drops rollup `name` of `database`.
+    pub fn drop_rollup(&self, database: &str, name: &str) -> Result<(), RollupError> {
+        self.store.drop_rollup(database, name)?;
+        self.specs
+            .write()
+            .remove(&(database.to_string(), name.to_string()));
+        Ok(())
+    }
+
+    /// Every rollup (of `database` only, if given) with its state.
+    pub fn list(&self, database: Option<&str>) -> Vec<RollupInfo> {
+        self.store
+            .rollups()
+            .list()
+            .into_iter()
+            .filter(|state| database.is_none_or(|db| state.definition().database == db))
+            .filter_map(|state| {
+                let d = state.definition();
+                let spec = self.spec(&d.database, &d.name)?;
+                Some(self.info(&state, &spec))
+            })
+            .collect()
+    }
+
+    fn info(&self, state: &RollupState, spec: &RollupSpec) -> RollupInfo {
+        let d = state.definition();
+        let data = self
+            .store
+            .database(&d.database)
+            .and_then(|db| db.table(&d.table))
+            .and_then(|table| table.snapshot().ok())
+            .and_then(|s| Some((s.oldest_time()?, s.newest_time()?)));
+        RollupInfo {
+            db: d.database.clone(),
+            name: d.name.clone(),
+            table: d.table.clone(),
+            sql: d.sql.clone(),
+            bucket_seconds: d.bucket_ns as f64 / 1e9,
+            tags: spec.tags.clone(),
+            states: spec.states.iter().map(|s| s.name()).collect(),
+            stats: state.stats(data),
+        }
+    }
+}

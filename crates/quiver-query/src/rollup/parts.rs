@@ -1,0 +1,301 @@
+//! [`RollupParts`]: the partial states a routed query merges, taken when its physical plan
+//! is made (so a kept logical plan is never stale): the rollup's kept rows for the buckets
+//! it covers within the query's time range, and the same states computed from raw rows for
+//! everything else in that range (buckets the range cuts, buckets written since they were
+//! rolled up, buckets not rolled up yet). Rows a retention period removed are never read
+//! from the rollup (its buckets start at the first whole bucket after the cutoff). The raw
+//! part scans the base table through [`RawRows`], which the router does not route again.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::error::Result;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::utils::{conjunction, disjunction};
+use datafusion::logical_expr::{
+    cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
+};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::physical_plan::ExecutionPlan;
+use quiver_model::schema::TIME_COLUMN;
+use quiver_storage::{Ranges, RollupState};
+
+use super::definition::RollupSpec;
+use crate::provider::{external, note_read, query_now_ns, QuiverTable};
+use crate::time_filter::{is_time_bound, time_bounds};
+
+/// At most this many raw ranges per routed scan: more are joined across the covered buckets
+/// between them (which are then read raw too).
+const MAX_RAW_RANGES: usize = 4;
+
+/// The partial states of one routed query (module docs).
+pub(crate) struct RollupParts {
+    spec: Arc<RollupSpec>,
+    state: Arc<RollupState>,
+    base: QuiverTable,
+    /// The query's conjuncts the rollup's rows are filtered with (tags it keeps).
+    kept_filter: Vec<Expr>,
+    /// The query's conjuncts raw rows are filtered with (tags and time).
+    raw_filter: Vec<Expr>,
+    /// The query's conjuncts on `time`, folded at scan time to the range it asks for.
+    time_filter: Vec<Expr>,
+    schema: SchemaRef,
+}
+
+impl fmt::Debug for RollupParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RollupParts({})", self.state.definition().name)
+    }
+}
+
+impl RollupParts {
+    pub(crate) fn new(
+        spec: Arc<RollupSpec>,
+        state: Arc<RollupState>,
+        base: QuiverTable,
+        (kept_filter, raw_filter, time_filter): (Vec<Expr>, Vec<Expr>, Vec<Expr>),
+    ) -> Result<Self> {
+        let raw = provider_as_source(Arc::new(RawRows(base.clone())));
+        let partial = spec.partial_plan(raw, base.table().name(), None)?;
+        let fields: Vec<Field> = partial
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        Ok(RollupParts {
+            spec,
+            state,
+            base,
+            kept_filter,
+            raw_filter,
+            time_filter,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    /// The query's time range `[lo, hi)` at its clock, `None` for an end it leaves open; `Err`
+    /// if a time conjunct does not fold to a plain comparison (then nothing is covered).
+    fn time_range(
+        &self,
+        state: &dyn Session,
+    ) -> std::result::Result<(Option<i64>, Option<i64>), ()> {
+        let schema = Arc::new(DFSchema::try_from(self.base.schema()).map_err(|_| ())?);
+        let context = SimplifyContext::builder()
+            .with_schema(schema)
+            .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+            .build();
+        let simplifier = ExprSimplifier::new(context);
+        let mut folded = Vec::new();
+        for conjunct in &self.time_filter {
+            let simple = simplifier.simplify(conjunct.clone()).map_err(|_| ())?;
+            if !is_time_bound(&simple) {
+                return Err(());
+            }
+            folded.push(simple);
+        }
+        let bounds = time_bounds(&folded);
+        let lo = (bounds.min != i64::MIN).then_some(bounds.min);
+        let hi = (bounds.max != i64::MAX).then(|| bounds.max.saturating_add(1));
+        Ok((lo, hi))
+    }
+
+    /// The kept rows of `covered`, filtered by the query's tag conjuncts, cast to the parts'
+    /// schema.
+    fn kept_plan(
+        &self,
+        rows: Vec<arrow::array::RecordBatch>,
+        covered: &Ranges,
+    ) -> Result<Option<LogicalPlan>> {
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let table = MemTable::try_new(first.schema(), vec![rows])?;
+        let mut builder = LogicalPlanBuilder::scan(
+            format!("rollup:{}", self.state.definition().name),
+            provider_as_source(Arc::new(table)),
+            None,
+        )?;
+        let mut filter = self.kept_filter.clone();
+        filter.extend(time_ranges(covered));
+        if let Some(filter) = conjunction(filter) {
+            builder = builder.filter(filter)?;
+        }
+        let columns: Vec<Expr> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| cast(col(f.name()), f.data_type().clone()).alias(f.name()))
+            .collect();
+        Ok(Some(builder.project(columns)?.build()?))
+    }
+
+    /// The partial states of the raw rows in `uncovered`.
+    fn raw_plan(&self, uncovered: &Ranges) -> Result<LogicalPlan> {
+        let mut filter = self.raw_filter.clone();
+        filter.extend(time_ranges(uncovered));
+        let source = provider_as_source(Arc::new(RawRows(self.base.clone())));
+        self.spec
+            .partial_plan(source, self.base.table().name(), conjunction(filter))
+    }
+}
+
+/// `uncovered` (or `covered`) as one disjunction of `time` ranges; nothing for an unbounded
+/// single range.
+pub(crate) fn time_ranges(ranges: &Ranges) -> Option<Expr> {
+    let ts = |v: i64| {
+        lit(ScalarValue::TimestampNanosecond(
+            Some(v),
+            Some("UTC".into()),
+        ))
+    };
+    let each = ranges.iter().map(|(start, end)| {
+        let mut bounds = Vec::new();
+        if start != i64::MIN {
+            bounds.push(col(TIME_COLUMN).gt_eq(ts(start)));
+        }
+        if end != i64::MAX {
+            bounds.push(col(TIME_COLUMN).lt(ts(end)));
+        }
+        conjunction(bounds).unwrap_or_else(|| lit(true))
+    });
+    match ranges.is_empty() {
+        true => Some(lit(false)),
+        false => disjunction(each),
+    }
+}
+
+/// The covered and raw ranges of `[lo, hi)`: raw is the rest of the range once covered is
+/// taken out, joined across the shortest covered gaps until at most [`MAX_RAW_RANGES`] remain.
+fn split(lo: Option<i64>, hi: Option<i64>, mut covered: Ranges) -> (Ranges, Ranges) {
+    let (lo, hi) = (lo.unwrap_or(i64::MIN), hi.unwrap_or(i64::MAX));
+    let mut raw = covered.gaps_within(lo, hi);
+    while raw.len() > MAX_RAW_RANGES {
+        let listed: Vec<(i64, i64)> = raw.iter().collect();
+        let (gap_start, gap_end) = listed
+            .windows(2)
+            .map(|pair| (pair[0].1, pair[1].0))
+            .min_by_key(|(start, end)| end.saturating_sub(*start))
+            .expect("more than one range has a gap between two");
+        raw.insert(gap_start, gap_end);
+        covered.remove(gap_start, gap_end);
+    }
+    (covered, raw)
+}
+
+#[async_trait]
+impl TableProvider for RollupParts {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let now_ns = query_now_ns(state);
+        let table = self.base.table();
+        // the plan depends on this snapshot's rows, as a scan of the table does
+        let snapshot = table.snapshot().map_err(external)?;
+        note_read(state, table, &snapshot, now_ns);
+        let coverage = match self.time_range(state) {
+            Ok((lo, hi)) => {
+                let cutoff = table.retention_cutoff_ns(now_ns);
+                let coverage = self.state.coverage(lo, hi, cutoff);
+                let (covered, raw) = split(lo, hi, coverage.covered);
+                (covered, raw, coverage.rows)
+            }
+            Err(()) => (Ranges::new(), Ranges::of(i64::MIN, i64::MAX), Vec::new()),
+        };
+        let (covered, raw, rows) = coverage;
+        let kept = match covered.is_empty() {
+            true => None,
+            false => self.kept_plan(rows, &covered)?,
+        };
+        let mut builder = LogicalPlanBuilder::from(self.raw_plan(&raw)?);
+        if let Some(kept) = kept {
+            builder = LogicalPlanBuilder::from(kept).union(builder.build()?)?;
+        }
+        if let Some(projection) = projection {
+            let columns: Vec<Expr> = projection
+                .iter()
+                .map(|&i| col(self.schema.field(i).name()))
+                .collect();
+            builder = builder.project(columns)?;
+        }
+        state.create_physical_plan(&builder.build()?).await
+    }
+}
+
+/// The base table's rows for the raw part: a [`QuiverTable`] the router does not recognise,
+/// so the raw part's aggregate is not routed again.
+#[derive(Debug)]
+pub(crate) struct RawRows(pub(crate) QuiverTable);
+
+#[async_trait]
+impl TableProvider for RawRows {
+    fn schema(&self) -> SchemaRef {
+        self.0.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        self.0.supports_filters_pushdown(filters)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.0.scan(state, projection, filters, limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_ranges_are_few_and_covered_ranges_give_way() {
+        let mut covered = Ranges::new();
+        for start in [10, 30, 50, 70, 90] {
+            covered.insert(start, start + 15);
+        }
+        let (covered, raw) = split(Some(0), Some(120), covered);
+        assert!(raw.len() <= MAX_RAW_RANGES);
+        let mut all = covered.clone();
+        all.extend(&raw);
+        assert_eq!(all.iter().collect::<Vec<_>>(), vec![(0, 120)]);
+        for (s, e) in covered.iter() {
+            assert!(!raw.overlaps(s, e));
+        }
+    }
+
+    #[test]
+    fn nothing_covered_is_all_raw() {
+        let (covered, raw) = split(None, Some(100), Ranges::new());
+        assert!(covered.is_empty());
+        assert_eq!(raw.iter().collect::<Vec<_>>(), vec![(i64::MIN, 100)]);
+    }
+}
