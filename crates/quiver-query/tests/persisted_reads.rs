@@ -4,11 +4,13 @@
 //! the end. Every query must return the same rows from both, at every point: before and after
 //! each persist and compaction, and after the restart.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::util::display::{ArrayFormatter, FormatOptions};
+use common::{rows, Rng};
 use futures::TryStreamExt;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
@@ -16,22 +18,6 @@ use quiver_query::{QueryEngine, QueryOptions};
 use quiver_storage::{CompactionScope, Durability, Store, StoreLimits, StoreOptions};
 
 const HOUR: i64 = 3_600_000_000_000;
-
-/// xorshift64*: deterministic, seedable, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn durable_options(dir: &Path) -> StoreOptions {
     let mut options = StoreOptions::for_tests(dir);
@@ -94,36 +80,6 @@ fn random_lines(rng: &mut Rng, step: usize) -> String {
         lines.push_str(&format!("{line} {} {time}\n", fields.join(",")));
     }
     lines
-}
-
-/// The query's rows as sorted strings (so partitioning cannot change the comparison),
-/// or the error message.
-async fn rows(engine: &QueryEngine, sql: &str) -> Result<Vec<String>, String> {
-    let output = engine.execute("db", sql).await.map_err(|e| e.to_string())?;
-    let batches: Vec<RecordBatch> = output
-        .stream
-        .try_collect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut lines = Vec::new();
-    let options = FormatOptions::default().with_null("NULL");
-    for batch in &batches {
-        let formatters: Vec<_> = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
-            .collect();
-        for row in 0..batch.num_rows() {
-            let cells: Vec<String> = formatters
-                .iter()
-                .zip(batch.schema().fields())
-                .map(|(f, field)| format!("{}={}", field.name(), f.value(row)))
-                .collect();
-            lines.push(cells.join(" "));
-        }
-    }
-    lines.sort();
-    Ok(lines)
 }
 
 const QUERIES: &[&str] = &[

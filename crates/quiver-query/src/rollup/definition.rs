@@ -133,6 +133,11 @@ impl Derivable {
         if params.filter.is_some() {
             return Err(format!("{expr}: aggregates with FILTER are not kept"));
         }
+        if NOT_MERGEABLE.contains(&name.as_str()) {
+            return Err(format!(
+                "{expr}: {name} cannot be maintained exactly (partial results of a median or percentile do not merge)"
+            ));
+        }
         let column = match params.args.as_slice() {
             [Expr::Column(c)] => Some(c.name.clone()),
             [Expr::Literal(v, _)] if name == "count" && !v.is_null() => None,
@@ -162,12 +167,6 @@ impl Derivable {
             "first_value" | "last_value" => {
                 return Err(format!(
                     "{expr}: first_value and last_value are kept only ordered by time alone"
-                ))
-            }
-            "median" | "approx_median" | "percentile_cont" | "approx_percentile_cont"
-            | "approx_percentile_cont_with_weight" | "quantile_cont" => {
-                return Err(format!(
-                    "{expr}: {name} cannot be maintained exactly (partial results of a median or percentile do not merge)"
                 ))
             }
             _ => {
@@ -229,6 +228,18 @@ impl Derivable {
         }
     }
 }
+
+/// Aggregates whose partial results do not merge into the exact answer.
+const NOT_MERGEABLE: &[&str] = &[
+    "median",
+    "approx_median",
+    "percentile_cont",
+    "approx_percentile_cont",
+    "approx_percentile_cont_with_weight",
+    "quantile_cont",
+    "approx_distinct",
+    "mode",
+];
 
 /// A `date_bin(width, time[, origin])` bucket: width and origin in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

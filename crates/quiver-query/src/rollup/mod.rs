@@ -194,6 +194,8 @@ impl Rollups {
 
     /// The definition of rollup `name` of `database`, if it is read.
     pub(crate) fn spec(&self, database: &str, name: &str) -> Option<Arc<RollupSpec>> {
+        // dropped with its table, the state is gone first
+        self.store.rollups().get(database, name)?;
         self.specs
             .read()
             .get(&(database.to_string(), name.to_string()))
@@ -202,11 +204,15 @@ impl Rollups {
 
     /// The names of `database`'s rollups whose definitions are read.
     pub(crate) fn names(&self, database: &str) -> Vec<String> {
-        self.specs
-            .read()
-            .keys()
-            .filter(|(db, _)| db == database)
-            .map(|(_, name)| name.clone())
+        let specs = self.specs.read();
+        self.store
+            .rollups()
+            .list()
+            .into_iter()
+            .map(|state| state.definition().clone())
+            .filter(|d| d.database == database)
+            .filter(|d| specs.contains_key(&(d.database.clone(), d.name.clone())))
+            .map(|d| d.name)
             .collect()
     }
 
