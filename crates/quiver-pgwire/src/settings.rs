@@ -69,6 +69,7 @@ fn defaults(database: &str, user: &str, application: &str) -> Vec<(&'static str,
         ("statement_timeout", "0"),
         ("lock_timeout", "0"),
         ("idle_in_transaction_session_timeout", "0"),
+        (USE_ROLLUPS, "on"),
     ];
     let mut all: Vec<(&'static str, String)> = fixed
         .into_iter()
@@ -172,9 +173,14 @@ impl SessionSettings {
         name: &str,
     ) -> PgWireResult<(String, String)> {
         let key = name.to_ascii_lowercase();
+        // the parser hands a dotted name (`quiver.use_rollups`) over as words, like `time zone`
+        let dotted = key.replace(' ', ".");
         let all = self.all(client);
         all.into_iter()
-            .find(|(canonical, _)| canonical.to_ascii_lowercase() == key)
+            .find(|(canonical, _)| {
+                let canonical = canonical.to_ascii_lowercase();
+                canonical == key || canonical == dotted
+            })
             .ok_or_else(|| {
                 error(
                     sqlstate::UNDEFINED_OBJECT,
