@@ -791,7 +791,11 @@ mod tests {
         decoded.tables
     }
 
-    fn try_write(store: &Store, db: &str, lp: &str) -> Result<WriteReceipt, StorageError> {
+    pub(super) fn try_write(
+        store: &Store,
+        db: &str,
+        lp: &str,
+    ) -> Result<WriteReceipt, StorageError> {
         block_on(store.write(db, decode(store, db, lp), Durability::Sync))
     }
 
@@ -956,7 +960,7 @@ mod tests {
         options
     }
 
-    fn open(dir: &std::path::Path) -> (Arc<Store>, OpenSummary) {
+    pub(super) fn open(dir: &std::path::Path) -> (Arc<Store>, OpenSummary) {
         Store::open(StoreLimits::default(), options(dir)).unwrap()
     }
 
