@@ -4,6 +4,8 @@
 //! measurement, ten tags describing the host, ten float fields, nanosecond timestamps, hosts
 //! reporting in rounds every ten seconds.
 
+pub mod http;
+
 use std::fmt::Write;
 
 pub mod formats;

@@ -4,6 +4,7 @@
 //! into an aggregate) finds the plans whose answer depends only on each series' newest row,
 //! and has their table scan read [`quiver_storage::latest_rows`] (one row per series, each
 //! file's share cached in the chunk cache) instead of the whole table:
+//! - `SELECT DISTINCT <tag expressions>`: every row of a series has the same tags;
 //! - `DISTINCT ON (<tag expressions>) ... ORDER BY <the same>, time DESC [, ...]`: each group
 //!   is a set of whole series, and its first row by `time DESC` is the newest row of one of
 //!   them;
@@ -69,6 +70,7 @@ fn route_to_latest_rows(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     };
     let decided_by_newest_rows = match &node {
         LogicalPlan::Distinct(Distinct::On(on)) => scan.decides_distinct_on(on),
+        LogicalPlan::Distinct(Distinct::All(input)) => scan.decides_distinct(input),
         LogicalPlan::Aggregate(aggregate) => scan.decides_aggregate(aggregate),
         _ => false,
     };
@@ -114,10 +116,14 @@ fn first_rows_by_rank(on: DistinctOn) -> Result<LogicalPlan> {
     }
 }
 
-/// The input of a `DISTINCT ON` or aggregate node.
+/// The input of a `DISTINCT ON` or aggregate node; below its projection for a `DISTINCT`.
 fn single_input(node: &LogicalPlan) -> Option<&LogicalPlan> {
     match node {
         LogicalPlan::Distinct(Distinct::On(on)) => Some(&on.input),
+        LogicalPlan::Distinct(Distinct::All(input)) => match input.as_ref() {
+            LogicalPlan::Projection(projection) => Some(&projection.input),
+            _ => None,
+        },
         LogicalPlan::Aggregate(aggregate) => Some(&aggregate.input),
         _ => None,
     }
@@ -176,6 +182,16 @@ impl<'a> ScanBelow<'a> {
             && sort
                 .get(on.on_expr.len())
                 .is_some_and(|key| is_time_column(&key.expr) && !key.asc)
+    }
+
+    /// `SELECT DISTINCT <tag expressions>`: the same values on every row of a series.
+    fn decides_distinct(&self, input: &LogicalPlan) -> bool {
+        match input {
+            LogicalPlan::Projection(projection) => {
+                projection.expr.iter().all(|e| self.is_per_series(e))
+            }
+            _ => false,
+        }
     }
 
     /// An aggregate grouped by tags whose every aggregate is decided by the newest rows.

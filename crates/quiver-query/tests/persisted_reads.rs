@@ -111,6 +111,7 @@ const LAST_POINT_QUERIES: &[&str] = &[
      WHERE region IS NOT NULL ORDER BY host, region, time DESC",
     "SELECT max(time) FROM cpu WHERE '1970-01-03T00:00:00Z' < time",
     "SELECT host, region FROM cpu GROUP BY host, region",
+    "SELECT DISTINCT host, region FROM cpu WHERE host <> 'h2'",
 ];
 
 /// Time-ordered limits, which read only each series' newest or oldest rows
@@ -666,6 +667,7 @@ async fn last_point_queries_read_only_the_newest_rows_and_others_read_everything
         "SELECT DISTINCT ON (host) * FROM cpu ORDER BY host, usage DESC",
         "SELECT DISTINCT ON (usage) * FROM cpu ORDER BY usage, time DESC",
         "SELECT host, min(time) FROM cpu GROUP BY host",
+        "SELECT DISTINCT host, usage FROM cpu",
         "SELECT host, count(*) FROM cpu GROUP BY host",
         "SELECT host, first_value(usage ORDER BY time) FROM cpu GROUP BY host",
         "SELECT host, first_value(usage ORDER BY time DESC) IGNORE NULLS FROM cpu GROUP BY host",

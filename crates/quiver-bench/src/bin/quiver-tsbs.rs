@@ -21,6 +21,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use quiver_bench::http::{post, quiver_rows, rfc3339, timed};
 use quiver_bench::{metrics_payload, FIELD_NAMES};
 
 /// TSBS-shaped query benchmark, Quiver vs QuestDB.
@@ -276,33 +277,16 @@ fn shapes(args: &Args) -> Vec<Shape> {
             ),
         },
         Shape {
+            name: "distinct-host",
+            quiver: "SELECT DISTINCT hostname FROM cpu".into(),
+            questdb: "SELECT DISTINCT hostname FROM cpu".into(),
+        },
+        Shape {
             name: "lastpoint",
             quiver: "SELECT DISTINCT ON (hostname) * FROM cpu ORDER BY hostname, time DESC".into(),
             questdb: "SELECT * FROM cpu LATEST ON timestamp PARTITION BY hostname".into(),
         },
     ]
-}
-
-/// `seconds` since the epoch as an RFC 3339 UTC timestamp both servers parse.
-fn rfc3339(seconds: i64) -> String {
-    let days = seconds.div_euclid(86_400);
-    let secs = seconds.rem_euclid(86_400);
-    // civil-from-days (Howard Hinnant's algorithm)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.000000Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
 }
 
 /// Times every shape on both servers, alternating, `args.rounds` times; prints a table per
@@ -317,10 +301,12 @@ async fn compare(client: &reqwest::Client, args: &Args, shapes: &[Shape]) {
         let mut log_sum = 0.0;
         let mut counted = 0;
         for shape in shapes {
-            let (quiver_ms, quiver_rows) =
-                timed(args, || quiver_rows(client, args, &shape.quiver)).await;
+            let (quiver_ms, quiver_rows) = timed(args.runs, || {
+                quiver_rows(client, &args.quiver_url, &args.db, &shape.quiver, &[])
+            })
+            .await;
             let (questdb_ms, questdb_rows) =
-                timed(args, || questdb_rows(client, args, &shape.questdb)).await;
+                timed(args.runs, || questdb_rows(client, args, &shape.questdb)).await;
             assert_eq!(
                 quiver_rows, questdb_rows,
                 "{}: Quiver answered {quiver_rows} rows, QuestDB {questdb_rows}",
@@ -352,43 +338,6 @@ async fn compare(client: &reqwest::Client, args: &Args, shapes: &[Shape]) {
     );
 }
 
-/// The median milliseconds of `args.runs` runs of `query` after a warm-up, and its row count.
-async fn timed<F, Fut>(args: &Args, query: F) -> (f64, usize)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = usize>,
-{
-    let rows = query().await;
-    let mut samples = Vec::with_capacity(args.runs);
-    for _ in 0..args.runs {
-        let started = Instant::now();
-        query().await;
-        samples.push(started.elapsed().as_secs_f64() * 1e3);
-    }
-    samples.sort_by(f64::total_cmp);
-    (samples[samples.len() / 2], rows)
-}
-
-/// Runs `sql` on Quiver (result cache bypassed) and returns the number of rows answered.
-async fn quiver_rows(client: &reqwest::Client, args: &Args, sql: &str) -> usize {
-    let response = client
-        .get(format!("{}/api/v3/query_sql", args.quiver_url))
-        .query(&[("db", args.db.as_str()), ("q", sql), ("format", "json")])
-        .header("Cache-Control", "no-cache")
-        .send()
-        .await
-        .expect("Quiver answers");
-    let status = response.status();
-    let body = response.bytes().await.expect("Quiver's body");
-    assert!(
-        status.is_success(),
-        "Quiver: {sql}: {status} {}",
-        String::from_utf8_lossy(&body)
-    );
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array");
-    rows.len()
-}
-
 /// Runs `sql` on QuestDB and returns the number of rows answered.
 async fn questdb_rows(client: &reqwest::Client, args: &Args, sql: &str) -> usize {
     questdb_query(client, args, sql).await.0
@@ -415,17 +364,4 @@ async fn questdb_query(
     let rows: Vec<Vec<serde_json::Value>> =
         serde_json::from_value(answer["dataset"].clone()).unwrap_or_default();
     (rows.len(), rows)
-}
-
-/// POSTs `body`, which must be accepted.
-async fn post(client: &reqwest::Client, url: &str, body: &str) {
-    let response = client
-        .post(url)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    let status = response.status();
-    let text = response.text().await.unwrap_or_default();
-    assert!(status.is_success(), "POST {url}: {status} {text}");
 }

@@ -87,6 +87,11 @@ impl RollupRouteRule {
         let LogicalPlan::Aggregate(aggregate) = &node else {
             return Ok(Transformed::no(node));
         };
+        // grouping alone (`GROUP BY host`) is answered from each series' newest row
+        // ([`crate::latest`]): fewer rows than any rollup holds
+        if aggregate.aggr_expr.is_empty() {
+            return Ok(Transformed::no(node));
+        }
         let Some(query) = QueryShape::read(aggregate) else {
             return Ok(Transformed::no(node));
         };

@@ -1,0 +1,83 @@
+//! HTTP helpers the server benchmarks share: requests to Quiver, timing, timestamps.
+
+use std::time::Instant;
+
+/// `seconds` since the epoch as an RFC 3339 UTC timestamp both servers parse.
+pub fn rfc3339(seconds: i64) -> String {
+    let days = seconds.div_euclid(86_400);
+    let secs = seconds.rem_euclid(86_400);
+    // civil-from-days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.000000Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// The median milliseconds of `runs` runs of `query` after a warm-up, and its row count.
+pub async fn timed<F, Fut>(runs: usize, query: F) -> (f64, usize)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let rows = query().await;
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        query().await;
+        samples.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    samples.sort_by(f64::total_cmp);
+    (samples[samples.len() / 2], rows)
+}
+
+/// Runs `sql` in `db` on the Quiver at `url` (result cache bypassed, `params` added) and
+/// returns the number of rows answered.
+pub async fn quiver_rows(
+    client: &reqwest::Client,
+    url: &str,
+    db: &str,
+    sql: &str,
+    params: &[(&str, &str)],
+) -> usize {
+    let response = client
+        .get(format!("{url}/api/v3/query_sql"))
+        .query(&[("db", db), ("q", sql), ("format", "json")])
+        .query(params)
+        .header("Cache-Control", "no-cache")
+        .send()
+        .await
+        .expect("Quiver answers");
+    let status = response.status();
+    let body = response.bytes().await.expect("Quiver's body");
+    assert!(
+        status.is_success(),
+        "Quiver: {sql}: {status} {}",
+        String::from_utf8_lossy(&body)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array");
+    rows.len()
+}
+
+/// POSTs `body`, which must be accepted.
+pub async fn post(client: &reqwest::Client, url: &str, body: &str) {
+    let response = client
+        .post(url)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    assert!(status.is_success(), "POST {url}: {status} {text}");
+}
