@@ -17,6 +17,7 @@ mod queries;
 mod query;
 mod rollup;
 mod storage;
+mod value_caches;
 mod write;
 mod write_arrow;
 mod write_msgpack;
@@ -73,6 +74,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/api/v3/configure/rollup",
             post(rollup::create_rollup).delete(rollup::delete_rollup),
+        )
+        .route(
+            "/api/v3/configure/last_cache",
+            post(value_caches::create_last_cache).delete(value_caches::delete_last_cache),
+        )
+        .route(
+            "/api/v3/configure/distinct_cache",
+            post(value_caches::create_distinct_cache).delete(value_caches::delete_distinct_cache),
         )
         .route(
             "/api/v3/configure/token",

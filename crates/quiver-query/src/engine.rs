@@ -24,7 +24,7 @@ use futures::StreamExt;
 use quiver_model::VisibleDatabases;
 use quiver_storage::Store;
 
-use crate::analyze::{self, QueryAnalysis, ScannedTable};
+use crate::analyze::{self, Cacheability, QueryAnalysis, ScannedTable};
 use crate::dictionary_group::DictionaryGroupRule;
 use crate::error::QueryError;
 use crate::filter_order::FilterOrderRule;
@@ -41,6 +41,7 @@ use crate::rollup::{Maintainer, RollupRouteRule, Rollups, RoutingNotes, RoutingS
 use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::statement_limits::{self, StatementLimits};
 use crate::time_order_limit::TimeOrderLimitRule;
+use crate::value_cache_functions::{ValueCacheFunction, VALUE_CACHE_FUNCTIONS};
 
 /// The result of a query: its schema (known before the first row) and its rows, streamed.
 pub struct QueryOutput {
@@ -172,6 +173,9 @@ impl QueryEngine {
         let catalog = QuiverCatalog::new(self.store.clone(), visible.clone())
             .with_rollups(self.rollups.clone());
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
+        for (name, function) in ValueCacheFunction::both(&self.store, database) {
+            ctx.register_udtf(name, function);
+        }
         ctx.add_analyzer_rule(Arc::new(RollupRouteRule {
             rollups: self.rollups.clone(),
         }));
@@ -273,9 +277,17 @@ impl QueryEngine {
         for table in tables.iter().flatten() {
             self.check_table_exists(table)?;
         }
-        Ok(analyze::analyze(
-            state, dialect, database, sql, statement, tables,
-        )?)
+        let reads_value_cache = references.iter().any(|reference| {
+            matches!(reference, TableReference::Bare { table }
+                if VALUE_CACHE_FUNCTIONS.contains(&table.as_ref()))
+        });
+        let mut analysis = analyze::analyze(state, dialect, database, sql, statement, tables)?;
+        if reads_value_cache {
+            analysis.cacheability = Cacheability::Never(
+                "reads last_cache() or distinct_cache() (their rows follow every write and the clock)".into(),
+            );
+        }
+        Ok(analysis)
     }
 
     /// Plans and starts an analysed statement with bound parameters and, optionally, a fixed
@@ -302,15 +314,16 @@ impl QueryEngine {
         // planned here (short, and what fails most often: a 400 before anything runs),
         // executed on the governor's runtime
         let params = options.params.to_param_values();
-        let slot = match options.control.skip_rollups {
-            // a plan kept for routed runs is not one that reads raw rows only
+        // a plan kept for routed runs is not one that reads raw rows only
+        let rollups = match options.control.skip_rollups {
             true => {
                 let settings = RoutingSettings { use_rollups: false };
                 state.config_mut().options_mut().extensions.insert(settings);
                 None
             }
-            false => PlanCache::slot(&self.store, analysis, &visible, params.is_some()),
+            false => Some(self.rollups.generation()),
         };
+        let slot = PlanCache::slot(&self.store, analysis, &visible, params.is_some(), rollups);
         let kept = slot.as_ref().and_then(|slot| self.plans.physical(slot));
         let (schema, physical) = match kept {
             Some(kept) => kept,

@@ -32,6 +32,7 @@ mod tag_filter;
 mod time_bin;
 mod time_filter;
 mod time_order_limit;
+mod value_cache_functions;
 
 pub use analyze::{canonical_sql, Cacheability, QueryAnalysis, ScannedTable};
 pub use dedup_exec::DeduplicateExec;

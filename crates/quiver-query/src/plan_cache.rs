@@ -87,6 +87,8 @@ struct PlanKey {
     visible: VisibleDatabases,
     dialect: TypeId,
     canonical: String,
+    /// Routing to rollups: off (`None`), or on under this generation of rollups.
+    rollups: Option<u64>,
 }
 
 /// A plan, the schema of the statement's answer, and the tables (with their schemas) it was
@@ -165,6 +167,7 @@ impl PlanCache {
         analysis: &QueryAnalysis,
         visible: &VisibleDatabases,
         has_params: bool,
+        rollups: Option<u64>,
     ) -> Option<PlanSlot> {
         if has_params
             || analysis.cacheability != Cacheability::Deterministic
@@ -187,6 +190,7 @@ impl PlanCache {
                 visible: visible.clone(),
                 dialect: analysis.dialect,
                 canonical: analysis.canonical.clone(),
+                rollups,
             },
             tables,
         })

@@ -102,6 +102,12 @@ pub enum StorageError {
         /// What exists, e.g. `database "metrics"`.
         what: String,
     },
+    /// A last-value or distinct-value cache whose settings cannot be used.
+    #[error("invalid cache: {reason}")]
+    InvalidValueCache {
+        /// Why.
+        reason: String,
+    },
     /// A write to a rollup: rollups are kept from their base table, never written.
     #[error("{name:?} is a rollup of table {table:?}: it is read-only (write to {table:?})")]
     RollupIsReadOnly {
@@ -176,7 +182,8 @@ impl Classify for StorageError {
             | StorageError::SchemaConflict { .. }
             | StorageError::UnsupportedColumn { .. }
             | StorageError::InvalidRetention { .. }
-            | StorageError::RollupIsReadOnly { .. } => ErrorKind::Invalid,
+            | StorageError::RollupIsReadOnly { .. }
+            | StorageError::InvalidValueCache { .. } => ErrorKind::Invalid,
             StorageError::AlreadyExists { .. } | StorageError::CompactionRunning => {
                 ErrorKind::Conflict
             }

@@ -44,6 +44,7 @@ mod series;
 mod table;
 #[cfg(test)]
 mod test_rows;
+mod value_caches;
 mod wal_record;
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,7 @@ pub use rollup::{Coverage, RollupDefinition, RollupState, RollupStats};
 pub use rollup_ranges::{BucketGrid, Ranges};
 pub use rollup_registry::{RollupRegistry, ROLLUPS_DIR};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
+pub use value_caches::{ValueCache, ValueCacheKind, ValueCaches, VALUE_CACHES_FILE};
 
 use buffer::{ApplyToTables, Buffer, Change, Dropped};
 use database::DatabaseMap;
@@ -198,6 +200,8 @@ pub struct Store {
     requested_compaction: Mutex<()>,
     /// The rollups of every table.
     rollups: Arc<RollupRegistry>,
+    /// The last-value and distinct-value caches configured through InfluxDB 3's API.
+    value_caches: ValueCaches,
 }
 
 impl Default for Store {
@@ -222,6 +226,7 @@ impl Store {
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
             rollups,
+            value_caches: ValueCaches::default(),
         }
     }
 
@@ -260,6 +265,7 @@ impl Store {
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
         let rollups = Arc::new(RollupRegistry::open(Some(&options.data_dir), &state)?);
+        let value_caches = ValueCaches::open(Some(&options.data_dir))?;
         let buffer = Arc::new(Buffer::new(options.persist.persist_bytes, rollups.clone()));
         let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
         let persister = Arc::new(Persister::new(
@@ -281,6 +287,7 @@ impl Store {
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
             rollups,
+            value_caches,
         });
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
@@ -581,6 +588,38 @@ impl Store {
         self.rollups.create(definition, created_seq)
     }
 
+    /// The last-value and distinct-value caches configured through InfluxDB 3's API.
+    pub fn value_caches(&self) -> &ValueCaches {
+        &self.value_caches
+    }
+
+    /// Configures a last-value or distinct-value cache, durably, after checking that its
+    /// table and columns exist and that its columns can key or be listed.
+    pub fn create_value_cache(&self, cache: ValueCache) -> Result<(), StorageError> {
+        let _ddl = self.ddl.lock();
+        let table = self
+            .database(&cache.db)
+            .and_then(|db| db.table(&cache.table))
+            .ok_or_else(|| StorageError::NotFound {
+                what: format!("table {:?} in database {:?}", cache.table, cache.db),
+            })?;
+        validate_table_name(&cache.name)?;
+        value_caches::check_columns(&cache, &table.columns())?;
+        self.value_caches.create(cache)
+    }
+
+    /// Removes a last-value (`kind_name` `last`) or distinct-value (`distinct`) cache.
+    pub fn drop_value_cache(
+        &self,
+        kind_name: &str,
+        db: &str,
+        table: &str,
+        name: &str,
+    ) -> Result<(), StorageError> {
+        let _ddl = self.ddl.lock();
+        self.value_caches.remove(kind_name, db, table, name)
+    }
+
     /// Drops rollup `name` of `database` and deletes its files (its base table keeps its
     /// rows).
     pub fn drop_rollup(&self, database: &str, name: &str) -> Result<(), StorageError> {
@@ -655,6 +694,12 @@ impl Store {
         if let Some(logged) = logged {
             futures::executor::block_on(logged)?;
         }
+        // a table created again starts without the old one's caches
+        self.value_caches.forget_missing(|database, table| {
+            self.database(database)
+                .and_then(|db| db.table(table))
+                .is_some()
+        })?;
         if let Some(persister) = &self.persister {
             // puts the drop into the catalog and frees the files
             if let Err(e) = persister.persist_now() {

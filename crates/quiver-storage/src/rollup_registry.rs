@@ -30,6 +30,9 @@ pub struct RollupRegistry {
     next_id: AtomicU64,
     /// True while there is at least one rollup: writes skip the registry otherwise.
     any: AtomicBool,
+    /// Bumped by every creation and removal: plans kept under an older value may route to a
+    /// rollup that is gone, or miss a new one.
+    generation: AtomicU64,
 }
 
 impl RollupRegistry {
@@ -79,6 +82,7 @@ impl RollupRegistry {
             any: AtomicBool::new(!rollups.is_empty()),
             rollups: RwLock::new(rollups),
             next_id: AtomicU64::new(next_id),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -97,6 +101,7 @@ impl RollupRegistry {
         state.save_new()?;
         self.rollups.write().push(state.clone());
         self.any.store(true, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(state)
     }
 
@@ -117,10 +122,16 @@ impl RollupRegistry {
             });
         };
         removed.mark_dropped();
+        self.generation.fetch_add(1, Ordering::AcqRel);
         if let Some(dir) = removed.dir() {
             remove_dir(dir);
         }
         Ok(())
+    }
+
+    /// Changes with every creation and removal of a rollup.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The rollup `name` of `database`.

@@ -123,6 +123,8 @@ pub struct Rollups {
     specs: RwLock<HashMap<(String, String), Arc<RollupSpec>>>,
     /// Wakes the maintainer (a rollup was created).
     wake: Arc<tokio::sync::Notify>,
+    /// Definitions read so far (each may change how a statement is planned).
+    specs_read: std::sync::atomic::AtomicU64,
     /// What rollups are planned and computed with: the engine's settings and memory.
     config: SessionConfig,
     runtime: Arc<RuntimeEnv>,
@@ -139,6 +141,7 @@ impl Rollups {
         Rollups {
             store,
             specs: RwLock::new(HashMap::new()),
+            specs_read: std::sync::atomic::AtomicU64::new(0),
             wake: Arc::new(tokio::sync::Notify::new()),
             config,
             runtime,
@@ -169,7 +172,16 @@ impl Rollups {
         self.specs
             .write()
             .insert((database.to_string(), name.to_string()), spec.clone());
+        self.specs_read
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         spec
+    }
+
+    /// Changes whenever routing may change: a rollup created, dropped, or its definition read
+    /// after a restart. Kept plans are keyed by it.
+    pub(crate) fn generation(&self) -> u64 {
+        self.store.rollups().generation()
+            + self.specs_read.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The rollups of `table` whose definitions are read, with their state.
@@ -241,7 +253,7 @@ impl Rollups {
         let state = self.store.create_rollup(definition)?;
         let spec = self.keep_spec(database, name, spec);
         self.wake.notify_one();
-        Ok(self.info(&state, &spec))
+        Ok(self.info(&state, Some(&spec)))
     }
 
     /// Drops rollup `name` of `database`.
@@ -253,22 +265,23 @@ impl Rollups {
         Ok(())
     }
 
-    /// Every rollup (of `database` only, if given) with its state.
+    /// Every rollup (of `database` only, if given) with its state (a rollup loaded at
+    /// start-up lists no tags and states until its definition is read, moments later).
     pub fn list(&self, database: Option<&str>) -> Vec<RollupInfo> {
         self.store
             .rollups()
             .list()
             .into_iter()
             .filter(|state| database.is_none_or(|db| state.definition().database == db))
-            .filter_map(|state| {
+            .map(|state| {
                 let d = state.definition();
-                let spec = self.spec(&d.database, &d.name)?;
-                Some(self.info(&state, &spec))
+                let spec = self.spec(&d.database, &d.name);
+                self.info(&state, spec.as_deref())
             })
             .collect()
     }
 
-    fn info(&self, state: &RollupState, spec: &RollupSpec) -> RollupInfo {
+    fn info(&self, state: &RollupState, spec: Option<&RollupSpec>) -> RollupInfo {
         let d = state.definition();
         let data = self
             .store
@@ -282,8 +295,10 @@ impl Rollups {
             table: d.table.clone(),
             sql: d.sql.clone(),
             bucket_seconds: d.bucket_ns as f64 / 1e9,
-            tags: spec.tags.clone(),
-            states: spec.states.iter().map(|s| s.name()).collect(),
+            tags: spec.map(|s| s.tags.clone()).unwrap_or_default(),
+            states: spec
+                .map(|s| s.states.iter().map(|s| s.name()).collect())
+                .unwrap_or_default(),
             stats: state.stats(data),
         }
     }

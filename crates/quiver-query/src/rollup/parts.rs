@@ -210,7 +210,12 @@ impl TableProvider for RollupParts {
         // the plan depends on this snapshot's rows, as a scan of the table does
         let snapshot = table.snapshot().map_err(external)?;
         note_read(state, table, &snapshot, now_ns);
-        let coverage = match self.time_range(state) {
+        // a kept plan may outlive its rollup: a dropped one is no longer kept up to date
+        let range = match self.state.is_dropped() {
+            true => Err(()),
+            false => self.time_range(state),
+        };
+        let coverage = match range {
             Ok((lo, hi)) => {
                 let cutoff = table.retention_cutoff_ns(now_ns);
                 let coverage = self.state.coverage(lo, hi, cutoff);
