@@ -109,6 +109,8 @@ struct Inner {
     last_refresh: Option<SystemTime>,
     backfill: Option<(Instant, Option<Instant>)>,
     generation: u64,
+    /// The `files_through_id` of the manifest last written.
+    saved_through_id: u64,
 }
 
 /// A rollup's state (see the module docs).
@@ -288,7 +290,7 @@ impl RollupState {
                 inner.pending_since = None;
             }
             inner.last_refresh = Some(SystemTime::now());
-            self.manifest(&inner, files_through_id)
+            self.manifest(&mut inner, files_through_id)
         };
         self.save(&manifest)?;
         for (_, segment, old) in replaced {
@@ -318,7 +320,7 @@ impl RollupState {
                 .iter()
                 .filter_map(|start| inner.segments.remove(start))
                 .collect();
-            (gone, self.manifest(&inner, files_through_id))
+            (gone, self.manifest(&mut inner, files_through_id))
         };
         self.save(&manifest)?;
         for segment in &gone {
@@ -466,7 +468,8 @@ impl RollupState {
         }))
     }
 
-    fn manifest(&self, inner: &Inner, files_through_id: u64) -> Manifest {
+    fn manifest(&self, inner: &mut Inner, files_through_id: u64) -> Manifest {
+        inner.saved_through_id = inner.saved_through_id.max(files_through_id);
         let mut pending = inner.pending.clone();
         pending.extend(&inner.recomputing);
         Manifest {
@@ -491,7 +494,23 @@ impl RollupState {
 
     /// Writes the manifest of a new rollup (everything pending).
     pub(crate) fn save_new(&self) -> Result<(), StorageError> {
-        let manifest = self.manifest(&self.inner.lock(), 0);
+        let manifest = self.manifest(&mut self.inner.lock(), 0);
+        self.save(&manifest)
+    }
+
+    /// Records that the state reflects every base-table file up to `files_through_id` (read
+    /// before this call), if that is newer than the manifest says: a persist or compaction
+    /// gives rows new files without changing them, and a restart would otherwise recompute
+    /// their buckets. Pending buckets are recorded as they are now, so writes in those files
+    /// that the state does not reflect stay pending.
+    pub fn checkpoint(&self, files_through_id: u64) -> Result<(), StorageError> {
+        let manifest = {
+            let mut inner = self.inner.lock();
+            if files_through_id <= inner.saved_through_id || inner.dropped {
+                return Ok(());
+            }
+            self.manifest(&mut inner, files_through_id)
+        };
         self.save(&manifest)
     }
 
@@ -564,6 +583,7 @@ impl RollupState {
         let grid = BucketGrid::new(manifest.definition.bucket_ns, manifest.definition.origin_ns);
         let inner = Inner {
             segments,
+            saved_through_id: manifest.files_through_id,
             pending_since: (!pending.is_empty()).then(Instant::now),
             pending,
             backfilled: manifest.backfilled,

@@ -314,4 +314,34 @@ mod tests {
         assert!(store.rollups().list().is_empty(), "the drop is durable");
         assert!(!dir.path().join(super::ROLLUPS_DIR).join("1").exists());
     }
+
+    /// A persist gives rows new files without changing them: once the state is checkpointed
+    /// with the new files' ids, a restart does not recompute their buckets.
+    #[test]
+    fn a_checkpoint_after_a_persist_keeps_buckets_covered_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = open(dir.path());
+            write(&store, "m", &format!("cpu,host=a v=1 {}", 5 * MINUTE));
+            let definition = RollupDefinition {
+                database: "m".into(),
+                name: "r".into(),
+                table: "cpu".into(),
+                sql: "(the query layer's)".into(),
+                bucket_ns: 10 * MINUTE,
+                origin_ns: 0,
+            };
+            let rollup = store.create_rollup(definition).unwrap();
+            while let Some(range) = rollup.next_work(i64::MAX / 2, Some((5 * MINUTE, 5 * MINUTE))) {
+                rollup.install(range, &[], 0).unwrap();
+            }
+            store.persist_now().unwrap();
+            let table = store.database("m").unwrap().table("cpu").unwrap();
+            rollup
+                .checkpoint(table.snapshot().unwrap().newest_file_id())
+                .unwrap();
+        }
+        let (store, _) = open(dir.path());
+        assert_eq!(covered(&store, 0, 40 * MINUTE), vec![(0, 40 * MINUTE)]);
+    }
 }

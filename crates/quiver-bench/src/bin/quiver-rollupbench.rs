@@ -95,6 +95,9 @@ async fn routing(client: &reqwest::Client, args: &Args) {
         create_rollup(client, args, db, "cpu_10m", ROLLUP).await;
         let caught_up = caught_up(client, args, db).await;
         eprintln!("the rollup caught up {caught_up:.1} s after it was declared");
+    } else {
+        let caught_up = caught_up(client, args, db).await;
+        eprintln!("the rollup caught up {caught_up:.1} s after the restart");
     }
     let rollup = rollups(client, args, db).await;
     println!(

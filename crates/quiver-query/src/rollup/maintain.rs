@@ -140,6 +140,7 @@ impl Rollups {
                 return Err(e);
             }
         }
+        state.checkpoint(files_through_id).map_err(external)?;
         Ok(worked)
     }
 
