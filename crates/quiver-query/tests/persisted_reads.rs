@@ -10,12 +10,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use common::{rows, Rng};
+use common::{rows, write, Rng};
 use futures::TryStreamExt;
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
-use quiver_model::schema::NoExistingTables;
 use quiver_query::{QueryEngine, QueryOptions};
-use quiver_storage::{CompactionScope, Durability, Store, StoreLimits, StoreOptions};
+use quiver_storage::{CompactionScope, Store, StoreLimits, StoreOptions};
 
 const HOUR: i64 = 3_600_000_000_000;
 
@@ -39,19 +37,6 @@ fn engine(store: &Arc<Store>) -> QueryEngine {
         },
     )
     .unwrap()
-}
-
-async fn write(store: &Store, lp: &str) {
-    let options = DecodeOptions::for_tests();
-    let decoded = match store.database("db") {
-        Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
-        None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),
-    };
-    assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
-    store
-        .write("db", decoded.tables, Durability::Sync)
-        .await
-        .unwrap();
 }
 
 fn random_lines(rng: &mut Rng, step: usize) -> String {

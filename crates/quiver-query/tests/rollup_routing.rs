@@ -15,14 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{rows, rows_with, Rng};
-use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
-use quiver_model::schema::NoExistingTables;
+use common::{rows, rows_with, write, Rng};
 use quiver_query::governance::QueryControl;
 use quiver_query::{ExecuteOptions, QueryEngine, QueryOptions, RollupError};
-use quiver_storage::{
-    CompactionScope, Durability, RetentionPeriod, Store, StoreLimits, StoreOptions,
-};
+use quiver_storage::{CompactionScope, RetentionPeriod, Store, StoreLimits, StoreOptions};
 
 const MINUTE: i64 = 60_000_000_000;
 /// 2024-01-01T00:00:00Z: data lies in closed buckets, which rollups compute at once.
@@ -59,19 +55,6 @@ fn open(dir: &Path) -> (Arc<Store>, QueryEngine) {
     )
     .unwrap();
     (store, engine)
-}
-
-async fn write(store: &Store, lp: &str) {
-    let options = DecodeOptions::for_tests();
-    let decoded = match store.database("db") {
-        Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
-        None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),
-    };
-    assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
-    store
-        .write("db", decoded.tables, Durability::Sync)
-        .await
-        .unwrap();
 }
 
 /// `n` random points of `cpu`, at `minutes` (a range of minutes from [`START`]). Each

@@ -259,6 +259,18 @@ mod tests {
 
     const MINUTE: i64 = 60_000_000_000;
 
+    /// Rollup `r` of `m.cpu`, in 10-minute buckets.
+    fn ten_minutes_of_cpu() -> RollupDefinition {
+        RollupDefinition {
+            database: "m".into(),
+            name: "r".into(),
+            table: "cpu".into(),
+            sql: "(the query layer's)".into(),
+            bucket_ns: 10 * MINUTE,
+            origin_ns: 0,
+        }
+    }
+
     fn covered(store: &crate::Store, lo: i64, hi: i64) -> Vec<(i64, i64)> {
         let rollup = store.rollups().get("m", "r").unwrap();
         rollup
@@ -277,15 +289,7 @@ mod tests {
             let (store, _) = open(dir.path());
             write(&store, "m", &format!("cpu,host=a v=1 {}", 5 * MINUTE));
             store.persist_now().unwrap();
-            let definition = RollupDefinition {
-                database: "m".into(),
-                name: "r".into(),
-                table: "cpu".into(),
-                sql: "(the query layer's)".into(),
-                bucket_ns: 10 * MINUTE,
-                origin_ns: 0,
-            };
-            let rollup = store.create_rollup(definition).unwrap();
+            let rollup = store.create_rollup(ten_minutes_of_cpu()).unwrap();
             let table = store.database("m").unwrap().table("cpu").unwrap();
             let through = table.snapshot().unwrap().newest_file_id();
             assert!(through > 0);
@@ -301,6 +305,7 @@ mod tests {
             store.persist_now().unwrap();
             write(&store, "m", &format!("cpu,host=a v=3 {}", 35 * MINUTE));
             assert_eq!(covered(&store, 0, 40 * MINUTE), vec![(0, 20 * MINUTE)]);
+            store.close();
         }
         let (store, _) = open(dir.path());
         assert_eq!(covered(&store, 0, 40 * MINUTE), vec![(0, 20 * MINUTE)]);
@@ -309,6 +314,7 @@ mod tests {
         assert!(refused.to_string().contains("read-only"), "{refused}");
         store.drop_table("m", "cpu").unwrap();
         assert!(store.rollups().get("m", "r").is_none());
+        store.close();
         drop(store);
         let (store, _) = open(dir.path());
         assert!(store.rollups().list().is_empty(), "the drop is durable");
@@ -323,15 +329,7 @@ mod tests {
         {
             let (store, _) = open(dir.path());
             write(&store, "m", &format!("cpu,host=a v=1 {}", 5 * MINUTE));
-            let definition = RollupDefinition {
-                database: "m".into(),
-                name: "r".into(),
-                table: "cpu".into(),
-                sql: "(the query layer's)".into(),
-                bucket_ns: 10 * MINUTE,
-                origin_ns: 0,
-            };
-            let rollup = store.create_rollup(definition).unwrap();
+            let rollup = store.create_rollup(ten_minutes_of_cpu()).unwrap();
             while let Some(range) = rollup.next_work(i64::MAX / 2, Some((5 * MINUTE, 5 * MINUTE))) {
                 rollup.install(range, &[], 0).unwrap();
             }
@@ -340,6 +338,7 @@ mod tests {
             rollup
                 .checkpoint(table.snapshot().unwrap().newest_file_id())
                 .unwrap();
+            store.close();
         }
         let (store, _) = open(dir.path());
         assert_eq!(covered(&store, 0, 40 * MINUTE), vec![(0, 40 * MINUTE)]);

@@ -58,6 +58,17 @@ pub enum ValueCacheKind {
     },
 }
 
+impl ValueCache {
+    /// True if this is the cache of `kind_name` on `table` of `db` called `name` (any name
+    /// for `None`).
+    fn is(&self, kind_name: &str, db: &str, table: &str, name: Option<&str>) -> bool {
+        self.kind.kind_name() == kind_name
+            && self.db == db
+            && self.table == table
+            && name.is_none_or(|n| n == self.name)
+    }
+}
+
 impl ValueCacheKind {
     /// `last` or `distinct`.
     pub fn kind_name(&self) -> &'static str {
@@ -177,12 +188,7 @@ impl ValueCaches {
         name: Option<&str>,
     ) -> Result<Option<ValueCache>, StorageError> {
         let caches = self.caches.lock();
-        let mut matching = caches.iter().filter(|c| {
-            c.kind.kind_name() == kind_name
-                && c.db == db
-                && c.table == table
-                && name.is_none_or(|n| n == c.name)
-        });
+        let mut matching = caches.iter().filter(|c| c.is(kind_name, db, table, name));
         let first = matching.next().cloned();
         if name.is_none() && matching.next().is_some() {
             return Err(StorageError::Catalog(format!(
@@ -196,12 +202,11 @@ impl ValueCaches {
     /// (with other settings: a conflict; the same settings: it exists already).
     pub(crate) fn create(&self, cache: ValueCache) -> Result<(), StorageError> {
         let mut caches = self.caches.lock();
-        if let Some(existing) = caches.iter().find(|c| {
-            c.kind.kind_name() == cache.kind.kind_name()
-                && c.db == cache.db
-                && c.table == cache.table
-                && c.name == cache.name
-        }) {
+        let kind_name = cache.kind.kind_name();
+        if let Some(existing) = caches
+            .iter()
+            .find(|c| c.is(kind_name, &cache.db, &cache.table, Some(&cache.name)))
+        {
             return Err(StorageError::AlreadyExists {
                 what: format!(
                     "{} cache {:?} of table {:?}{}",
@@ -231,13 +236,11 @@ impl ValueCaches {
         table: &str,
         name: &str,
     ) -> Result<(), StorageError> {
-        self.retain_durably(|c| {
-            !(c.kind.kind_name() == kind_name && c.db == db && c.table == table && c.name == name)
-        })?
-        .then_some(())
-        .ok_or_else(|| StorageError::NotFound {
-            what: format!("{kind_name} cache {name:?} of table {table:?} in database {db:?}"),
-        })
+        self.retain_durably(|c| !c.is(kind_name, db, table, Some(name)))?
+            .then_some(())
+            .ok_or_else(|| StorageError::NotFound {
+                what: format!("{kind_name} cache {name:?} of table {table:?} in database {db:?}"),
+            })
     }
 
     /// Removes the caches of tables that no longer exist (`exists` says), durably.

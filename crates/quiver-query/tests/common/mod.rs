@@ -5,7 +5,24 @@
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::TryStreamExt;
+use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
+use quiver_model::schema::NoExistingTables;
 use quiver_query::{ExecuteOptions, QueryEngine};
+use quiver_storage::{Durability, Store};
+
+/// Writes line protocol (which must be accepted) to database `db`, durably.
+pub async fn write(store: &Store, lp: &str) {
+    let options = DecodeOptions::for_tests();
+    let decoded = match store.database("db") {
+        Some(db) => decode_line_protocol(lp.as_bytes(), &options, db.as_ref()),
+        None => decode_line_protocol(lp.as_bytes(), &options, &NoExistingTables),
+    };
+    assert_eq!(decoded.error_count, 0, "{:?}", decoded.errors);
+    store
+        .write("db", decoded.tables, Durability::Sync)
+        .await
+        .unwrap();
+}
 
 /// xorshift64*: deterministic, seedable, no dependency.
 pub struct Rng(pub u64);
