@@ -304,9 +304,10 @@ impl QueryEngine {
         }
         let visible = options.control.visible_databases();
         let mut state = self.context(&analysis.database, &visible)?.state();
-        if let Some(now) = options.now {
-            state.execution_props_mut().query_execution_start_time = Some(now);
-        }
+        // one clock for the whole statement: `now()`, and the retention cutoff of every scan
+        // (a routed aggregate's rollup part and its raw part must agree on it)
+        state.execution_props_mut().query_execution_start_time =
+            Some(options.now.unwrap_or_else(Utc::now));
         let admitted = self
             .governor
             .admit(&analysis.database, &analysis.text, &options.control)
