@@ -186,17 +186,24 @@ pub fn load(data_dir: &Path) -> Result<CatalogState, StorageError> {
 
 /// Replaces `catalog.json` in `data_dir` with `state`, atomically and durably.
 pub fn store(data_dir: &Path, state: &CatalogState) -> Result<(), StorageError> {
-    let path = data_dir.join(CATALOG_FILE);
-    let temp = data_dir.join(format!("{CATALOG_FILE}.tmp"));
     let bytes = serde_json::to_vec_pretty(state)
         .map_err(|e| StorageError::Catalog(format!("cannot encode the catalog: {e}")))?;
+    replace_durably(data_dir, CATALOG_FILE, &bytes)
+}
+
+/// Replaces the file `name` in `dir` with `bytes`, atomically (a reader sees the old or the
+/// new file, never a part) and durably: written to `<name>.tmp`, fsynced, renamed over
+/// `name`, and the directory fsynced.
+pub(crate) fn replace_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+    let path = dir.join(name);
+    let temp = dir.join(format!("{name}.tmp"));
     let mut file = std::fs::File::create(&temp).map_err(|e| StorageError::io(&temp, e))?;
-    file.write_all(&bytes)
+    file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| StorageError::io(&temp, e))?;
     drop(file);
     std::fs::rename(&temp, &path).map_err(|e| StorageError::io(&path, e))?;
-    sync_dir(data_dir)
+    sync_dir(dir)
 }
 
 /// Fsyncs a directory so that entries created, renamed or removed in it are durable.

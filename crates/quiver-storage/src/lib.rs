@@ -76,7 +76,7 @@ pub use persister::{PersistStats, PersistSummary};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use retention::RetentionPeriod;
 pub use rollup::{Coverage, RollupDefinition, RollupState, RollupStats};
-pub use rollup_ranges::{BucketGrid, Ranges};
+pub use rollup_ranges::Ranges;
 pub use rollup_registry::{RollupRegistry, ROLLUPS_DIR};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
 pub use value_caches::{ValueCache, ValueCacheKind, ValueCaches, VALUE_CACHES_FILE};

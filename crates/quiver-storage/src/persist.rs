@@ -291,17 +291,27 @@ fn split_by_partition(
         .collect()
 }
 
-/// Writes `batch` (sorted by tags then time) to `path` and makes it durable; returns its size.
-/// Writes `batch` to a new file at `path`, durably; returns its size. On failure (a full
-/// disk, say) nothing of the file is left behind.
+/// Writes `batch` (sorted by tags then time) to a new table file at `path`, durably; returns
+/// its size.
 fn write_parquet(
     path: &Path,
     batch: &RecordBatch,
     options: &PersistOptions,
 ) -> Result<u64, StorageError> {
+    write_parquet_durably(path, batch, writer_properties(batch, options)?)
+}
+
+/// Writes `batch` to a new Parquet file at `path` with `properties` and makes it durable
+/// (file and directory fsynced); returns its size. On failure (a full disk, say) nothing of
+/// the file is left behind.
+pub(crate) fn write_parquet_durably(
+    path: &Path,
+    batch: &RecordBatch,
+    properties: WriterProperties,
+) -> Result<u64, StorageError> {
     let dir = path.parent().expect("a file path has a parent");
     create_dir_durably(dir)?;
-    let written = write_new_parquet(path, dir, batch, options);
+    let written = write_new_parquet(path, dir, batch, properties);
     if written.is_err() {
         let _ = std::fs::remove_file(path);
     }
@@ -312,14 +322,10 @@ fn write_new_parquet(
     path: &Path,
     dir: &Path,
     batch: &RecordBatch,
-    options: &PersistOptions,
+    properties: WriterProperties,
 ) -> Result<u64, StorageError> {
     let file = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
-    let mut writer = ArrowWriter::try_new(
-        file,
-        batch.schema(),
-        Some(writer_properties(batch, options)?),
-    )?;
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties))?;
     writer.write(batch)?;
     let file = writer.into_inner()?;
     file.sync_all().map_err(|e| StorageError::io(path, e))?;

@@ -17,7 +17,6 @@
 //! mark their time range pending, and the WAL's replay marks what it replays.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
@@ -28,7 +27,7 @@ use arrow::record_batch::RecordBatchReader;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{create_dir_durably, sync_dir};
+use crate::catalog::{create_dir_durably, replace_durably};
 use crate::rollup_ranges::{BucketGrid, Ranges};
 use crate::StorageError;
 
@@ -178,11 +177,6 @@ impl RollupState {
         &self.definition
     }
 
-    /// The bucket grid.
-    pub fn grid(&self) -> BucketGrid {
-        self.grid
-    }
-
     pub(crate) fn created_seq(&self) -> u64 {
         self.created_seq
     }
@@ -303,8 +297,8 @@ impl RollupState {
     }
 
     /// Drops the segments that end at or before `cutoff` (rows a retention period removed
-    /// from the base table). Returns how many went.
-    pub fn expire_before(&self, cutoff: i64, files_through_id: u64) -> Result<usize, StorageError> {
+    /// from the base table).
+    pub fn expire_before(&self, cutoff: i64, files_through_id: u64) -> Result<(), StorageError> {
         let (gone, manifest) = {
             let mut inner = self.inner.lock();
             let expired: Vec<i64> = inner
@@ -314,7 +308,7 @@ impl RollupState {
                 .filter(|&start| self.grid.segment_end(start) <= cutoff)
                 .collect();
             if expired.is_empty() {
-                return Ok(0);
+                return Ok(());
             }
             let gone: Vec<Segment> = expired
                 .iter()
@@ -326,7 +320,7 @@ impl RollupState {
         for segment in &gone {
             self.remove_file(&segment.file);
         }
-        Ok(gone.len())
+        Ok(())
     }
 
     /// The covered buckets within `[lo, hi)` (times; `None`: unbounded) at or after `cutoff`
@@ -408,13 +402,13 @@ impl RollupState {
             .sum()
     }
 
-    /// The segments `range` and `rows` touch.
+    /// The segments `range` and `rows` touch, in order.
     fn segments_touched(
         &self,
         range: (i64, i64),
         rows: &[RecordBatch],
     ) -> Result<Vec<i64>, StorageError> {
-        let mut starts: Vec<i64> = {
+        let mut starts: std::collections::BTreeSet<i64> = {
             let inner = self.inner.lock();
             inner
                 .segments
@@ -424,13 +418,18 @@ impl RollupState {
                 .collect()
         };
         for batch in rows {
-            for t in bucket_times(batch)?.iter().flatten() {
-                starts.push(self.grid.segment_floor(t));
+            let times = bucket_times(batch)?;
+            if let (Some(min), Some(max)) = (arrow::compute::min(times), arrow::compute::max(times))
+            {
+                // a chunk lies within one segment, or is empty outside the data
+                let mut segment = self.grid.segment_floor(min);
+                while segment <= max {
+                    starts.insert(segment);
+                    segment = self.grid.segment_end(segment);
+                }
             }
         }
-        starts.sort_unstable();
-        starts.dedup();
-        Ok(starts)
+        Ok(starts.into_iter().collect())
     }
 
     /// The segment at `start` after replacing `range`'s rows of `old` with `rows`, written
@@ -522,14 +521,7 @@ impl RollupState {
         create_dir_durably(dir)?;
         let bytes = serde_json::to_vec_pretty(manifest)
             .map_err(|e| StorageError::Catalog(format!("cannot encode a rollup manifest: {e}")))?;
-        let temp = dir.join(format!("{MANIFEST_FILE}.tmp"));
-        let mut file = std::fs::File::create(&temp).map_err(|e| StorageError::io(&temp, e))?;
-        file.write_all(&bytes)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| StorageError::io(&temp, e))?;
-        let path = dir.join(MANIFEST_FILE);
-        std::fs::rename(&temp, &path).map_err(|e| StorageError::io(&path, e))?;
-        sync_dir(dir)
+        replace_durably(dir, MANIFEST_FILE, &bytes)
     }
 
     fn remove_file(&self, file: &str) {
@@ -645,22 +637,10 @@ fn select_times(
 }
 
 fn write_segment(path: &Path, rows: &RecordBatch) -> Result<u64, StorageError> {
-    let dir = path.parent().expect("a segment file has a directory");
-    create_dir_durably(dir)?;
-    let file = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
     let properties = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
         .build();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(file, rows.schema(), Some(properties))?;
-    writer.write(rows)?;
-    let file = writer.into_inner()?;
-    file.sync_all().map_err(|e| StorageError::io(path, e))?;
-    let bytes = file
-        .metadata()
-        .map_err(|e| StorageError::io(path, e))?
-        .len();
-    sync_dir(dir)?;
-    Ok(bytes)
+    crate::persist::write_parquet_durably(path, rows, properties)
 }
 
 fn read_segment(path: &Path) -> Result<RecordBatch, StorageError> {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use quiver_model::schema::{ColumnType, FieldType};
 
-use crate::catalog::sync_dir;
+use crate::catalog::replace_durably;
 use crate::StorageError;
 
 /// The file the settings are kept in, inside the data directory.
@@ -268,13 +268,8 @@ impl ValueCaches {
             return Ok(());
         };
         let dir = path.parent().expect("a file in the data directory");
-        let temp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(caches)
             .map_err(|e| StorageError::Catalog(format!("cannot encode the caches: {e}")))?;
-        std::fs::write(&temp, bytes)
-            .and_then(|()| std::fs::File::open(&temp)?.sync_all())
-            .map_err(|e| StorageError::io(&temp, e))?;
-        std::fs::rename(&temp, path).map_err(|e| StorageError::io(path, e))?;
-        sync_dir(dir)
+        replace_durably(dir, VALUE_CACHES_FILE, &bytes)
     }
 }
