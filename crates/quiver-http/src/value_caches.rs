@@ -12,6 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use quiver_model::schema::ColumnType;
 use quiver_storage::{Store, ValueCache, ValueCacheKind};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -56,8 +57,7 @@ fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], example: &str) -> Result<T, Api
     })
 }
 
-/// Creates a last-value cache (defaults: the table's tags as keys, every other column as
-/// values, a count of 1, a TTL of four hours).
+/// Creates a last-value cache (InfluxDB 3's defaults: [`ValueCacheKind::last`]).
 pub async fn create_last_cache(
     State(state): State<Arc<AppState>>,
     body: Bytes,
@@ -67,33 +67,20 @@ pub async fn create_last_cache(
         r#"{"db": "metrics", "table": "cpu", "key_columns": ["host"], "value_columns": ["usage"], "count": 1, "ttl": 14400}"#,
     )?;
     let columns = table_columns(&state.store, &request.db, &request.table)?;
-    let key_columns = request.key_columns.unwrap_or_else(|| {
-        columns
-            .iter()
-            .filter(|(_, tag)| *tag)
-            .map(|(n, _)| n.clone())
-            .collect()
-    });
-    let value_columns = request.value_columns.unwrap_or_else(|| {
-        columns
-            .iter()
-            .filter(|(n, _)| n != "time" && !key_columns.contains(n))
-            .map(|(n, _)| n.clone())
-            .collect()
-    });
+    let kind = ValueCacheKind::last(
+        &columns,
+        request.key_columns,
+        request.value_columns,
+        request.count,
+        request.ttl,
+    );
     let name = request
         .name
-        .unwrap_or_else(|| default_name(&request.table, &key_columns, "last_cache"));
-    let kind = ValueCacheKind::Last {
-        key_columns,
-        value_columns,
-        count: request.count.unwrap_or(1),
-        ttl: request.ttl.unwrap_or(4 * 3600),
-    };
+        .unwrap_or_else(|| kind.default_name(&request.table));
     create(&state, request.db, request.table, name, kind).await
 }
 
-/// Creates a distinct-value cache (defaults: 100,000 combinations, values of the last day).
+/// Creates a distinct-value cache (InfluxDB 3's defaults: [`ValueCacheKind::distinct`]).
 pub async fn create_distinct_cache(
     State(state): State<Arc<AppState>>,
     body: Bytes,
@@ -102,14 +89,16 @@ pub async fn create_distinct_cache(
         &body,
         r#"{"db": "metrics", "table": "cpu", "columns": ["region", "host"], "max_cardinality": 1000, "max_age": 86400}"#,
     )?;
+    let columns = table_columns(&state.store, &request.db, &request.table)?;
+    let kind = ValueCacheKind::distinct(
+        &columns,
+        Some(request.columns),
+        request.max_cardinality,
+        request.max_age,
+    );
     let name = request
         .name
-        .unwrap_or_else(|| default_name(&request.table, &request.columns, "distinct_cache"));
-    let kind = ValueCacheKind::Distinct {
-        columns: request.columns,
-        max_cardinality: request.max_cardinality.unwrap_or(100_000),
-        max_age: request.max_age.unwrap_or(24 * 3600),
-    };
+        .unwrap_or_else(|| kind.default_name(&request.table));
     create(&state, request.db, request.table, name, kind).await
 }
 
@@ -129,8 +118,12 @@ pub async fn delete_distinct_cache(
     delete(state, params, "distinct").await
 }
 
-/// The table's columns, each with whether it is a tag; 404 if there is no such table.
-fn table_columns(store: &Store, db: &str, table: &str) -> Result<Vec<(String, bool)>, ApiError> {
+/// The table's columns and their types; 404 if there is no such table.
+fn table_columns(
+    store: &Store,
+    db: &str,
+    table: &str,
+) -> Result<Vec<(String, ColumnType)>, ApiError> {
     let table = store
         .database(db)
         .and_then(|d| d.table(table))
@@ -140,19 +133,7 @@ fn table_columns(store: &Store, db: &str, table: &str) -> Result<Vec<(String, bo
                 format!("table {table:?} not found in database {db:?}"),
             )
         })?;
-    Ok(table
-        .columns()
-        .into_iter()
-        .map(|(name, t)| (name, matches!(t, quiver_model::schema::ColumnType::Tag)))
-        .collect())
-}
-
-/// InfluxDB 3's generated name: `<table>_<columns>_<suffix>`.
-fn default_name(table: &str, columns: &[String], suffix: &str) -> String {
-    let mut parts = vec![table.to_string()];
-    parts.extend(columns.iter().cloned());
-    parts.push(suffix.to_string());
-    parts.join("_")
+    Ok(table.columns())
 }
 
 async fn create(

@@ -29,13 +29,6 @@ use crate::provider::QuiverTable;
 /// The SQL names of the cache functions.
 pub(crate) const VALUE_CACHE_FUNCTIONS: [&str; 2] = ["last_cache", "distinct_cache"];
 
-/// InfluxDB 3's default age limit of a last-value cache, in seconds.
-const LAST_CACHE_TTL_SECS: u64 = 4 * 3600;
-/// InfluxDB 3's default age limit of a distinct-value cache, in seconds.
-const DISTINCT_CACHE_MAX_AGE_SECS: u64 = 24 * 3600;
-/// InfluxDB 3's default bound on a distinct-value cache's combinations.
-const DISTINCT_CACHE_MAX_CARDINALITY: usize = 100_000;
-
 /// `last_cache(...)` or `distinct_cache(...)` over the tables of one database.
 pub(crate) struct ValueCacheFunction {
     store: Arc<Store>,
@@ -78,27 +71,9 @@ impl ValueCacheFunction {
         if let Some(name) = name {
             return plan_err!("table {table:?} has no {} cache named {name:?}", self.kind);
         }
-        let tags: Vec<String> = columns
-            .iter()
-            .filter(|(_, t)| matches!(t, ColumnType::Tag))
-            .map(|(n, _)| n.clone())
-            .collect();
         Ok(match self.kind {
-            "last" => ValueCacheKind::Last {
-                value_columns: columns
-                    .iter()
-                    .filter(|(n, t)| !matches!(t, ColumnType::Tag) && n != TIME_COLUMN)
-                    .map(|(n, _)| n.clone())
-                    .collect(),
-                key_columns: tags,
-                count: 1,
-                ttl: LAST_CACHE_TTL_SECS,
-            },
-            _ => ValueCacheKind::Distinct {
-                columns: tags,
-                max_cardinality: DISTINCT_CACHE_MAX_CARDINALITY,
-                max_age: DISTINCT_CACHE_MAX_AGE_SECS,
-            },
+            "last" => ValueCacheKind::last(columns, None, None, None, None),
+            _ => ValueCacheKind::distinct(columns, None, None, None),
         })
     }
 }

@@ -69,7 +69,76 @@ impl ValueCache {
     }
 }
 
+/// InfluxDB 3's default age limit of a last-value cache, in seconds (four hours).
+pub const LAST_CACHE_TTL_SECS: u64 = 4 * 3600;
+/// InfluxDB 3's default age limit of a distinct-value cache, in seconds (a day).
+pub const DISTINCT_CACHE_MAX_AGE_SECS: u64 = 24 * 3600;
+/// InfluxDB 3's default bound on a distinct-value cache's combinations.
+pub const DISTINCT_CACHE_MAX_CARDINALITY: usize = 100_000;
+
+/// The tags of a table's `columns`, in order.
+fn tags(columns: &[(String, ColumnType)]) -> Vec<String> {
+    columns
+        .iter()
+        .filter(|(_, t)| matches!(t, ColumnType::Tag))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
 impl ValueCacheKind {
+    /// A last-value cache over a table with `columns`, InfluxDB 3's defaults filling in what
+    /// is not given: the tags as keys, every other column but `time` as values, a count of
+    /// one, four hours.
+    pub fn last(
+        columns: &[(String, ColumnType)],
+        key_columns: Option<Vec<String>>,
+        value_columns: Option<Vec<String>>,
+        count: Option<usize>,
+        ttl: Option<u64>,
+    ) -> Self {
+        let key_columns = key_columns.unwrap_or_else(|| tags(columns));
+        let value_columns = value_columns.unwrap_or_else(|| {
+            columns
+                .iter()
+                .filter(|(n, t)| !matches!(t, ColumnType::Time) && !key_columns.contains(n))
+                .map(|(n, _)| n.clone())
+                .collect()
+        });
+        ValueCacheKind::Last {
+            key_columns,
+            value_columns,
+            count: count.unwrap_or(1),
+            ttl: ttl.unwrap_or(LAST_CACHE_TTL_SECS),
+        }
+    }
+
+    /// A distinct-value cache over a table with `columns`, InfluxDB 3's defaults filling in
+    /// what is not given: the tags, 100,000 combinations, a day.
+    pub fn distinct(
+        table_columns: &[(String, ColumnType)],
+        columns: Option<Vec<String>>,
+        max_cardinality: Option<usize>,
+        max_age: Option<u64>,
+    ) -> Self {
+        ValueCacheKind::Distinct {
+            columns: columns.unwrap_or_else(|| tags(table_columns)),
+            max_cardinality: max_cardinality.unwrap_or(DISTINCT_CACHE_MAX_CARDINALITY),
+            max_age: max_age.unwrap_or(DISTINCT_CACHE_MAX_AGE_SECS),
+        }
+    }
+
+    /// The name InfluxDB 3 generates for a cache on `table`: `<table>_<columns>_<kind>_cache`.
+    pub fn default_name(&self, table: &str) -> String {
+        let columns = match self {
+            ValueCacheKind::Last { key_columns, .. } => key_columns,
+            ValueCacheKind::Distinct { columns, .. } => columns,
+        };
+        let mut parts = vec![table.to_string()];
+        parts.extend(columns.iter().cloned());
+        parts.push(format!("{}_cache", self.kind_name()));
+        parts.join("_")
+    }
+
     /// `last` or `distinct`.
     pub fn kind_name(&self) -> &'static str {
         match self {
