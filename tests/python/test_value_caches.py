@@ -129,6 +129,12 @@ def test_bad_cache_requests_get_clear_errors(spawn_quiver: Spawn, tmp_path: Path
                             ("SELECT * FROM distinct_cache()", "takes a table name")]:
         response = sql(server, statement)
         assert response.status_code == 400 and text in response.text, response.text
+    # a table's caches of one kind are bounded
+    for i in range(16):
+        made = configure(server, "distinct", {**last, "name": f"d{i}", "columns": ["host"]})
+        assert made.status_code == 201, made.text
+    over = configure(server, "distinct", {**last, "name": "one_more", "columns": ["host"]})
+    assert over.status_code == 422 and "limit of 16 distinct caches" in over.text, over.text
     bad = requests.delete(f"{server.http_url}/api/v3/configure/distinct_cache",
                           params={"db": DB}, timeout=HTTP_TIMEOUT_S)
     assert bad.status_code == 400

@@ -398,6 +398,23 @@ async fn definitions_a_rollup_cannot_keep_exactly_are_refused_with_the_reason() 
         .unwrap_err();
     assert!(missing.to_string().contains("does not exist"), "{missing}");
     assert!(engine.rollups().list(None).is_empty());
+    // a table's rollups are bounded: each is maintained from every write to it
+    for i in 0..quiver_storage::MAX_ROLLUPS_PER_TABLE {
+        engine
+            .rollups()
+            .create("db", &format!("r{i}"), good)
+            .await
+            .unwrap();
+    }
+    let over = engine
+        .rollups()
+        .create("db", "one_more", good)
+        .await
+        .unwrap_err();
+    assert!(
+        over.to_string().contains("exceed the limit of 16 rollups"),
+        "{over}"
+    );
     store.close();
 }
 

@@ -61,6 +61,16 @@ pub enum StorageError {
         /// The configured limit.
         limit: usize,
     },
+    /// A table would get more rollups, or caches of one kind, than allowed.
+    #[error("table {table:?} would exceed the limit of {limit} {what}; drop one first")]
+    TooManyOnTable {
+        /// The table.
+        table: String,
+        /// `rollups`, `last caches` or `distinct caches`.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
     /// Too many databases.
     #[error("the server would exceed the limit of {limit} databases")]
     TooManyDatabases {
@@ -190,6 +200,7 @@ impl Classify for StorageError {
             StorageError::NotFound { .. } => ErrorKind::NotFound,
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }
+            | StorageError::TooManyOnTable { .. }
             | StorageError::TooManyDatabases { .. } => ErrorKind::LimitExceeded,
             StorageError::Wal(WalError::RecordTooLarge { .. }) => ErrorKind::TooLarge,
             // the write was not acknowledged: the log is failing or the server is stopping

@@ -77,9 +77,11 @@ pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, 
 pub use retention::RetentionPeriod;
 pub use rollup::{Coverage, RollupDefinition, RollupState, RollupStats};
 pub use rollup_ranges::Ranges;
-pub use rollup_registry::{RollupRegistry, ROLLUPS_DIR};
+pub use rollup_registry::{RollupRegistry, MAX_ROLLUPS_PER_TABLE, ROLLUPS_DIR};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
-pub use value_caches::{ValueCache, ValueCacheKind, ValueCaches, VALUE_CACHES_FILE};
+pub use value_caches::{
+    ValueCache, ValueCacheKind, ValueCaches, MAX_VALUE_CACHES_PER_TABLE, VALUE_CACHES_FILE,
+};
 
 use buffer::{ApplyToTables, Buffer, Change, Dropped};
 use database::DatabaseMap;

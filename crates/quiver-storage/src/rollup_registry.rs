@@ -21,6 +21,10 @@ use crate::StorageError;
 /// its id.
 pub const ROLLUPS_DIR: &str = "rollups";
 
+/// The most rollups one table may have: each is maintained from every write to it and
+/// weighed by every aggregate over it.
+pub const MAX_ROLLUPS_PER_TABLE: usize = 16;
+
 /// The rollups of one store.
 #[derive(Debug, Default)]
 pub struct RollupRegistry {
@@ -93,6 +97,13 @@ impl RollupRegistry {
         definition: RollupDefinition,
         created_seq: u64,
     ) -> Result<Arc<RollupState>, StorageError> {
+        if self.of_table(&definition.database, &definition.table).len() >= MAX_ROLLUPS_PER_TABLE {
+            return Err(StorageError::TooManyOnTable {
+                table: definition.table,
+                what: "rollups",
+                limit: MAX_ROLLUPS_PER_TABLE,
+            });
+        }
         let dir = self
             .dir
             .as_ref()

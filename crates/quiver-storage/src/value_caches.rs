@@ -69,6 +69,9 @@ impl ValueCache {
     }
 }
 
+/// The most caches of one kind a table may have.
+pub const MAX_VALUE_CACHES_PER_TABLE: usize = 16;
+
 /// InfluxDB 3's default age limit of a last-value cache, in seconds (four hours).
 pub const LAST_CACHE_TTL_SECS: u64 = 4 * 3600;
 /// InfluxDB 3's default age limit of a distinct-value cache, in seconds (a day).
@@ -288,6 +291,21 @@ impl ValueCaches {
                         " (with other settings)"
                     }
                 ),
+            });
+        }
+        let on_table = caches
+            .iter()
+            .filter(|c| c.is(kind_name, &cache.db, &cache.table, None))
+            .count();
+        if on_table >= MAX_VALUE_CACHES_PER_TABLE {
+            return Err(StorageError::TooManyOnTable {
+                table: cache.table,
+                what: if kind_name == "last" {
+                    "last caches"
+                } else {
+                    "distinct caches"
+                },
+                limit: MAX_VALUE_CACHES_PER_TABLE,
             });
         }
         let mut changed = caches.clone();

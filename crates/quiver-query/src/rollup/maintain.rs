@@ -70,6 +70,7 @@ async fn run(rollups: Weak<Rollups>) {
 impl Rollups {
     /// One pass over every rollup; true if any recomputed something.
     async fn maintain_round(&self) -> bool {
+        self.forget_dropped();
         let mut worked = false;
         for state in self.store.rollups().list() {
             if state.is_dropped() {
@@ -81,7 +82,10 @@ impl Rollups {
                 None => match self.read_spec(&d.database, &d.sql).await {
                     Ok(spec) => self.keep_spec(&d.database, &d.name, spec),
                     Err(e) => {
-                        tracing::warn!(db = %d.database, rollup = %d.name, error = %e, "cannot read a rollup's definition: it is not maintained or used");
+                        let failure = format!(
+                            "cannot read its definition, so it is not maintained or used: {e}"
+                        );
+                        self.note_failure(&d, Some(failure));
                         continue;
                     }
                 },
@@ -94,13 +98,36 @@ impl Rollups {
                 continue;
             };
             match self.maintain(&spec, &state, &table).await {
-                Ok(recomputed) => worked |= recomputed,
+                Ok(recomputed) => {
+                    worked |= recomputed;
+                    self.note_failure(&d, None);
+                }
                 Err(e) => {
-                    tracing::warn!(db = %d.database, rollup = %d.name, error = %e, "rollup maintenance failed; retrying")
+                    let failure = format!("maintenance failed (retried every round): {e}");
+                    self.note_failure(&d, Some(failure));
                 }
             }
         }
         worked
+    }
+
+    /// Records how rollup `d` last failed (`None`: it did not), logging only changes, so a
+    /// failure that repeats every round is logged once and shown in the rollup's listing.
+    fn note_failure(&self, d: &quiver_storage::RollupDefinition, failure: Option<String>) {
+        let key = (d.database.clone(), d.name.clone());
+        let mut failures = self.failures.lock();
+        match failure {
+            Some(failure) if failures.get(&key) != Some(&failure) => {
+                tracing::warn!(db = %d.database, rollup = %d.name, "{failure}");
+                failures.insert(key, failure);
+            }
+            Some(_) => {}
+            None => {
+                if failures.remove(&key).is_some() {
+                    tracing::info!(db = %d.database, rollup = %d.name, "rollup maintenance recovered");
+                }
+            }
+        }
     }
 
     /// Expires what retention removed, then recomputes pending buckets for up to

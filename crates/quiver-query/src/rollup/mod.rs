@@ -66,11 +66,21 @@ impl RoutingNotes {
         });
     }
 
-    /// Runs `f`, collecting the decisions it makes.
+    /// Runs `f`, collecting the decisions it makes (none are collected outside it, even if
+    /// `f` panics).
     pub(crate) fn collect<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+        /// Stops the collection when dropped.
+        struct Collecting;
+        impl Drop for Collecting {
+            fn drop(&mut self) {
+                NOTES.with(|notes| notes.borrow_mut().take());
+            }
+        }
         NOTES.with(|notes| *notes.borrow_mut() = Some(Vec::new()));
+        let collecting = Collecting;
         let result = f();
         let notes = NOTES.with(|notes| notes.borrow_mut().take().unwrap_or_default());
+        drop(collecting);
         (result, notes)
     }
 }
@@ -115,6 +125,8 @@ pub struct RollupInfo {
     /// Where it stands.
     #[serde(flatten)]
     pub stats: RollupStats,
+    /// How its maintenance fails, while it does (it is retried every round).
+    pub error: Option<String>,
 }
 
 /// The rollups' definitions (module docs).
@@ -123,6 +135,8 @@ pub struct Rollups {
     specs: RwLock<HashMap<(String, String), Arc<RollupSpec>>>,
     /// Wakes the maintainer (a rollup was created).
     wake: Arc<tokio::sync::Notify>,
+    /// How each rollup's maintenance last failed, while it keeps failing.
+    failures: parking_lot::Mutex<HashMap<(String, String), String>>,
     /// Definitions read so far (each may change how a statement is planned).
     specs_read: std::sync::atomic::AtomicU64,
     /// What rollups are planned and computed with: the engine's settings and memory.
@@ -141,6 +155,7 @@ impl Rollups {
         Rollups {
             store,
             specs: RwLock::new(HashMap::new()),
+            failures: parking_lot::Mutex::new(HashMap::new()),
             specs_read: std::sync::atomic::AtomicU64::new(0),
             wake: Arc::new(tokio::sync::Notify::new()),
             config,
@@ -175,6 +190,15 @@ impl Rollups {
         self.specs_read
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         spec
+    }
+
+    /// Forgets the definitions and failures of rollups storage no longer has (dropped, or
+    /// dropped with their table), so that neither map outgrows the rollups there are.
+    fn forget_dropped(&self) {
+        let rollups = self.store.rollups();
+        let exists = |(db, name): &(String, String)| rollups.get(db, name).is_some();
+        self.specs.write().retain(|key, _| exists(key));
+        self.failures.lock().retain(|key, _| exists(key));
     }
 
     /// Changes whenever routing may change: a rollup created, dropped, or its definition read
@@ -300,6 +324,11 @@ impl Rollups {
                 .map(|s| s.states.iter().map(|s| s.name()).collect())
                 .unwrap_or_default(),
             stats: state.stats(data),
+            error: self
+                .failures
+                .lock()
+                .get(&(d.database.clone(), d.name.clone()))
+                .cloned(),
         }
     }
 }
