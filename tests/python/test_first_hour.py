@@ -315,6 +315,11 @@ def test_quiver_write_and_query_say_what_they_did(spawn_quiver: Spawn, quiver_bi
     assert 'database "default" not found' in nameless.stderr, nameless.stderr
     assert 'unless --db names one: quiver query --db NAME "SQL"' in nameless.stderr
     assert "databases on the server: cli" in nameless.stderr, nameless.stderr
+    # a missing table of an existing default database gets no database hint
+    write_ok(server.http_url, "default", "mem,host=a used=1 1\n")
+    tableless = quiver_cli(quiver_bin, "query", "SELECT * FROM nope")
+    assert tableless.returncode != 0 and "nope" in tableless.stderr, tableless.stderr
+    assert "unless --db names one" not in tableless.stderr, tableless.stderr
 
 
 def test_token_list_prints_times_in_rfc3339(quiver_bin: Path, tmp_path: Path) -> None:

@@ -1,6 +1,24 @@
 //! HTTP helpers the server benchmarks share: requests to Quiver, timing, timestamps.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Runs a benchmark's `main` future on a single-threaded runtime (the server measured gets
+/// the cores).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(future)
+}
+
+/// An HTTP client for benchmark requests: ten minutes per request at most.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .expect("HTTP client")
+}
 
 /// `seconds` since the epoch as an RFC 3339 UTC timestamp both servers parse.
 pub fn rfc3339(seconds: i64) -> String {

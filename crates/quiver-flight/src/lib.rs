@@ -158,11 +158,6 @@ impl QuiverFlightSql {
         }
     }
 
-    /// Forgets a Handshake handle: later calls presenting it must authenticate again.
-    fn forget_handle(&self, handle: &str) {
-        self.sessions.invalidate(handle);
-    }
-
     /// An unguessable 128-bit handle from the operating system's random source: handles and
     /// tokens are capabilities, so nothing about one may predict another.
     fn new_handle(&self) -> Result<String, Status> {
@@ -439,14 +434,16 @@ fn control_for(caller: &Caller, metadata: &MetadataMap) -> Result<QueryControl, 
                 .ok_or_else(|| Status::invalid_argument("malformed grpc-timeout header"))?,
         ),
     };
-    let skip_rollups = match metadata.get(USE_ROLLUPS_HEADER).map(|v| v.to_str()) {
+    let skip_rollups = match metadata.get(USE_ROLLUPS_HEADER) {
         None => false,
-        Some(Ok(v)) if v.eq_ignore_ascii_case("false") => true,
-        Some(Ok(v)) if v.eq_ignore_ascii_case("true") => false,
-        Some(_) => {
-            return Err(Status::invalid_argument(format!(
-                "{USE_ROLLUPS_HEADER} must be true or false"
-            )))
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default();
+            let on = quiver_model::settings::parse_switch(text).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "{USE_ROLLUPS_HEADER} must be true or false, not {text:?}"
+                ))
+            })?;
+            !on
         }
     };
     Ok(QueryControl {

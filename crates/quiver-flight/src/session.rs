@@ -156,7 +156,8 @@ impl QuiverFlightSql {
                 .map(|_| GetSessionOptionsResult::default().encode_to_vec()),
             CLOSE_SESSION => self.caller(request).map(|_| {
                 if let Some(handle) = crate::presented_handle(request.metadata()) {
-                    self.forget_handle(handle);
+                    // later calls presenting it must authenticate again
+                    self.sessions.invalidate(handle);
                 }
                 CloseSessionResult { status: CLOSED }.encode_to_vec()
             }),

@@ -161,22 +161,19 @@ async fn run(
     Ok(response)
 }
 
-/// The `use_rollups` parameter: a boolean (`true`/`false`, also as text); absent is `true`.
+/// The `use_rollups` parameter: a switch ([`quiver_model::settings::parse_switch`], or a JSON
+/// boolean); absent is `true`.
 fn use_rollups(value: Option<Value>) -> Result<bool, ApiError> {
-    match value {
-        None => Ok(true),
-        Some(Value::Bool(b)) => Ok(b),
-        Some(Value::String(text)) => match text.trim().to_ascii_lowercase().as_str() {
-            "true" | "on" | "1" => Ok(true),
-            "false" | "off" | "0" => Ok(false),
-            _ => Err(ApiError::bad_request(format!(
-                "use_rollups must be true or false, not {text:?}"
-            ))),
-        },
-        Some(other) => Err(ApiError::bad_request(format!(
-            "use_rollups must be true or false, not {other}"
-        ))),
-    }
+    let parsed = match &value {
+        None => Some(true),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::String(text)) => quiver_model::settings::parse_switch(text),
+        Some(_) => None,
+    };
+    parsed.ok_or_else(|| {
+        let given = value.map(|v| v.to_string()).unwrap_or_default();
+        ApiError::bad_request(format!("use_rollups must be true or false, not {given}"))
+    })
 }
 
 /// A whole answer in `format`: its ready bytes, or encoded now and kept for the next request.

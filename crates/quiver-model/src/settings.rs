@@ -1,6 +1,7 @@
 //! What the settings of every layer share: the serde forms of durations as the configuration
-//! spells them (whole seconds or hours, in the file, the environment and flags alike), and the
-//! bounds on one request that every protocol enforces ([`RequestLimits`]).
+//! spells them (whole seconds or hours, in the file, the environment and flags alike), the
+//! spellings of an on/off switch every protocol accepts ([`parse_switch`]), and the bounds on
+//! one request that every protocol enforces ([`RequestLimits`]).
 //!
 //! Each crate declares its own settings in its options struct (serde names are the keys of
 //! `quiver.toml`); the server's configuration is those structs side by side, so a setting, its
@@ -167,5 +168,40 @@ mod tests {
             r#"{"age": -1, "granularity": 0, "partition": 1}"#
         )
         .is_err());
+    }
+}
+
+/// An on/off switch as a request spells it (a query parameter, a header, a session setting):
+/// `on`, `true`, `yes`, `1`, `t`, `y` or their opposites, any case, spaces and single quotes
+/// around ignored. `None` for anything else.
+pub fn parse_switch(text: &str) -> Option<bool> {
+    match text
+        .trim()
+        .trim_matches('\'')
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "on" | "true" | "yes" | "1" | "t" | "y" => Some(true),
+        "off" | "false" | "no" | "0" | "f" | "n" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod switch_tests {
+    use super::parse_switch;
+
+    #[test]
+    fn switches_read_every_common_spelling_and_nothing_else() {
+        for on in ["on", "TRUE", " yes ", "'1'", "t"] {
+            assert_eq!(parse_switch(on), Some(true), "{on}");
+        }
+        for off in ["off", "False", "no", "0", "'f'"] {
+            assert_eq!(parse_switch(off), Some(false), "{off}");
+        }
+        for neither in ["", "maybe", "2", "onn"] {
+            assert_eq!(parse_switch(neither), None, "{neither}");
+        }
     }
 }

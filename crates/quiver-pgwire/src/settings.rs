@@ -221,21 +221,14 @@ impl SessionSettings {
 /// The session setting that turns routing to rollups on or off.
 const USE_ROLLUPS: &str = "quiver.use_rollups";
 
-/// A boolean setting as PostgreSQL reads one (`on`, `off`, `true`, `false`, `1`, `0`, ...).
+/// A boolean setting as PostgreSQL reads one ([`quiver_model::settings::parse_switch`]).
 fn parse_switch(name: &str, value: &str) -> PgWireResult<bool> {
-    match value
-        .trim()
-        .trim_matches('\'')
-        .to_ascii_lowercase()
-        .as_str()
-    {
-        "on" | "true" | "yes" | "1" | "t" | "y" => Ok(true),
-        "off" | "false" | "no" | "0" | "f" | "n" => Ok(false),
-        _ => Err(error(
+    quiver_model::settings::parse_switch(value).ok_or_else(|| {
+        error(
             sqlstate::INVALID_PARAMETER_VALUE,
             format!("parameter \"{name}\" requires a Boolean value, not \"{value}\""),
-        )),
-    }
+        )
+    })
 }
 
 /// The largest `statement_timeout` PostgreSQL accepts (`INT_MAX` milliseconds).

@@ -91,7 +91,9 @@ pub fn query(args: QueryArgs) -> Result<(), String> {
     let reply = exchange(args.server.post("/api/v3/query_sql")?.json_body(&body))?;
     if !reply.status.is_success() {
         let mut message = describe_error(reply.status, &reply.body);
-        if args.db.is_none() && reply.status == reqwest::StatusCode::NOT_FOUND {
+        // only for the default database's absence: a missing table in it needs no hint
+        let missing = format!("database {database:?} not found");
+        if args.db.is_none() && message.contains(&missing) {
             message.push_str(&database_hint(&args.server));
         }
         return Err(message);

@@ -84,18 +84,11 @@ struct Shape {
 
 fn main() {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    runtime.block_on(run(args));
+    quiver_bench::http::block_on(run(args));
 }
 
 async fn run(args: Args) {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()
-        .expect("HTTP client");
+    let client = quiver_bench::http::client();
     if args.load != Load::None {
         load(&client, &args).await;
     }
