@@ -13,6 +13,7 @@ use arrow::array::RecordBatch;
 use datafusion::datasource::provider_as_source;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::conjunction;
+use datafusion::prelude::SessionContext;
 use quiver_storage::{Ranges, RollupState, Table};
 use tokio::task::JoinHandle;
 
@@ -151,12 +152,14 @@ impl Rollups {
         }
         let started = Instant::now();
         let mut worked = false;
+        let ctx = self.planning_context(table.database());
+        let raw = QuiverTable::new(table.clone(), self.store.chunk_cache().clone());
         while started.elapsed() < ROUND_BUDGET {
             let Some(range) = state.next_work(now_ns, data) else {
                 break;
             };
             worked = true;
-            let installed = match self.recompute(spec, table, range).await {
+            let installed = match recompute(&ctx, spec, &raw, range).await {
                 Ok(rows) => state
                     .install(range, &rows, files_through_id)
                     .map_err(external),
@@ -169,25 +172,6 @@ impl Rollups {
         }
         state.checkpoint(files_through_id).map_err(external)?;
         Ok(worked)
-    }
-
-    /// The partial states of `table`'s raw rows in `range`, per bucket and group.
-    async fn recompute(
-        &self,
-        spec: &RollupSpec,
-        table: &Arc<Table>,
-        range: (i64, i64),
-    ) -> Result<Vec<RecordBatch>> {
-        let ctx = self.planning_context(table.database());
-        let provider = QuiverTable::new(table.clone(), self.store.chunk_cache().clone());
-        let mut filter = spec.filter.clone();
-        filter.extend(time_ranges(&Ranges::of(range.0, range.1)));
-        let plan = spec.partial_plan(
-            provider_as_source(Arc::new(provider)),
-            table.name(),
-            conjunction(filter),
-        )?;
-        ctx.execute_logical_plan(plan).await?.collect().await
     }
 
     /// Reads a rollup's statement in `database` (routing off: a rollup is defined over raw
@@ -207,4 +191,22 @@ impl Rollups {
             .map_err(invalid)?;
         RollupSpec::read(&analyzed).map_err(super::RollupError::Invalid)
     }
+}
+
+/// The partial states of `raw`'s rows in `range`, per bucket and group, computed in `ctx` (a
+/// session without routing).
+async fn recompute(
+    ctx: &SessionContext,
+    spec: &RollupSpec,
+    raw: &QuiverTable,
+    range: (i64, i64),
+) -> Result<Vec<RecordBatch>> {
+    let mut filter = spec.filter.clone();
+    filter.extend(time_ranges(&Ranges::of(range.0, range.1)));
+    let plan = spec.partial_plan(
+        provider_as_source(Arc::new(raw.clone())),
+        raw.table().name(),
+        conjunction(filter),
+    )?;
+    ctx.execute_logical_plan(plan).await?.collect().await
 }

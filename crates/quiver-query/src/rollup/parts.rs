@@ -26,6 +26,7 @@ use quiver_model::schema::TIME_COLUMN;
 use quiver_storage::{Ranges, RollupState};
 
 use super::definition::RollupSpec;
+use super::route::QueryFilters;
 use crate::provider::{external, note_read, query_now_ns, QuiverTable};
 use crate::time_filter::{is_time_bound, time_bounds};
 
@@ -38,12 +39,8 @@ pub(crate) struct RollupParts {
     spec: Arc<RollupSpec>,
     state: Arc<RollupState>,
     base: QuiverTable,
-    /// The query's conjuncts the rollup's rows are filtered with (tags it keeps).
-    kept_filter: Vec<Expr>,
-    /// The query's conjuncts raw rows are filtered with (tags and time).
-    raw_filter: Vec<Expr>,
-    /// The query's conjuncts on `time`, folded at scan time to the range it asks for.
-    time_filter: Vec<Expr>,
+    /// The query's conjuncts, by what they apply to.
+    filters: QueryFilters,
     schema: SchemaRef,
 }
 
@@ -58,7 +55,7 @@ impl RollupParts {
         spec: Arc<RollupSpec>,
         state: Arc<RollupState>,
         base: QuiverTable,
-        (kept_filter, raw_filter, time_filter): (Vec<Expr>, Vec<Expr>, Vec<Expr>),
+        filters: QueryFilters,
     ) -> Result<Self> {
         let raw = provider_as_source(Arc::new(RawRows(base.clone())));
         let partial = spec.partial_plan(raw, base.table().name(), None)?;
@@ -72,37 +69,33 @@ impl RollupParts {
             spec,
             state,
             base,
-            kept_filter,
-            raw_filter,
-            time_filter,
+            filters,
             schema: Arc::new(Schema::new(fields)),
         })
     }
 
-    /// The query's time range `[lo, hi)` at its clock, `None` for an end it leaves open; `Err`
-    /// if a time conjunct does not fold to a plain comparison (then nothing is covered).
-    fn time_range(
-        &self,
-        state: &dyn Session,
-    ) -> std::result::Result<(Option<i64>, Option<i64>), ()> {
-        let schema = Arc::new(DFSchema::try_from(self.base.schema()).map_err(|_| ())?);
+    /// The query's time range `[lo, hi)` at its clock (`None` for an end it leaves open);
+    /// `None` if a time conjunct does not fold to a plain comparison (then nothing is
+    /// covered).
+    fn time_range(&self, state: &dyn Session) -> Option<(Option<i64>, Option<i64>)> {
+        let schema = Arc::new(DFSchema::try_from(self.base.schema()).ok()?);
         let context = SimplifyContext::builder()
             .with_schema(schema)
             .with_query_execution_start_time(state.execution_props().query_execution_start_time)
             .build();
         let simplifier = ExprSimplifier::new(context);
         let mut folded = Vec::new();
-        for conjunct in &self.time_filter {
-            let simple = simplifier.simplify(conjunct.clone()).map_err(|_| ())?;
+        for conjunct in &self.filters.time {
+            let simple = simplifier.simplify(conjunct.clone()).ok()?;
             if !is_time_bound(&simple) {
-                return Err(());
+                return None;
             }
             folded.push(simple);
         }
         let bounds = time_bounds(&folded);
         let lo = (bounds.min != i64::MIN).then_some(bounds.min);
         let hi = (bounds.max != i64::MAX).then(|| bounds.max.saturating_add(1));
-        Ok((lo, hi))
+        Some((lo, hi))
     }
 
     /// The kept rows of `covered`, filtered by the query's tag conjuncts, cast to the parts'
@@ -121,7 +114,7 @@ impl RollupParts {
             provider_as_source(Arc::new(table)),
             None,
         )?;
-        let mut filter = self.kept_filter.clone();
+        let mut filter = self.filters.kept.clone();
         filter.extend(time_ranges(covered));
         if let Some(filter) = conjunction(filter) {
             builder = builder.filter(filter)?;
@@ -137,7 +130,7 @@ impl RollupParts {
 
     /// The partial states of the raw rows in `uncovered`.
     fn raw_plan(&self, uncovered: &Ranges) -> Result<LogicalPlan> {
-        let mut filter = self.raw_filter.clone();
+        let mut filter = self.filters.raw.clone();
         filter.extend(time_ranges(uncovered));
         let source = provider_as_source(Arc::new(RawRows(self.base.clone())));
         self.spec
@@ -212,17 +205,17 @@ impl TableProvider for RollupParts {
         note_read(state, table, &snapshot, now_ns);
         // a kept plan may outlive its rollup: a dropped one is no longer kept up to date
         let range = match self.state.is_dropped() {
-            true => Err(()),
+            true => None,
             false => self.time_range(state),
         };
         let coverage = match range {
-            Ok((lo, hi)) => {
+            Some((lo, hi)) => {
                 let cutoff = table.retention_cutoff_ns(now_ns);
                 let coverage = self.state.coverage(lo, hi, cutoff);
                 let (covered, raw) = split(lo, hi, coverage.covered);
                 (covered, raw, coverage.rows)
             }
-            Err(()) => (Ranges::new(), Ranges::of(i64::MIN, i64::MAX), Vec::new()),
+            None => (Ranges::new(), Ranges::of(i64::MIN, i64::MAX), Vec::new()),
         };
         let (covered, raw, rows) = coverage;
         let kept = match covered.is_empty() {

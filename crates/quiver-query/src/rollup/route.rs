@@ -77,9 +77,17 @@ struct QueryShape<'a> {
 struct Route {
     group: Vec<Expr>,
     merges: Vec<Expr>,
-    kept_filter: Vec<Expr>,
-    raw_filter: Vec<Expr>,
-    time_filter: Vec<Expr>,
+    filters: QueryFilters,
+}
+
+/// A routed query's filter conjuncts (columns unqualified), by what they are applied to.
+pub(crate) struct QueryFilters {
+    /// Applied to the rollup's rows: tags it keeps (its own filter's conjuncts left out).
+    pub(crate) kept: Vec<Expr>,
+    /// Applied to raw rows: every conjunct.
+    pub(crate) raw: Vec<Expr>,
+    /// On `time`: folded at scan time to the range the query asks for.
+    pub(crate) time: Vec<Expr>,
 }
 
 impl RollupRouteRule {
@@ -162,13 +170,11 @@ impl<'a> QueryShape<'a> {
                 }
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let (kept_filter, raw_filter, time_filter) = self.filters(spec)?;
+        let filters = self.filters(spec)?;
         Ok(Route {
             group,
             merges,
-            kept_filter,
-            raw_filter,
-            time_filter,
+            filters,
         })
     }
 
@@ -206,8 +212,7 @@ impl<'a> QueryShape<'a> {
     }
 
     /// The query's conjuncts for the rollup's rows, for raw rows, and on `time`.
-    #[allow(clippy::type_complexity)]
-    fn filters(&self, spec: &RollupSpec) -> Result<(Vec<Expr>, Vec<Expr>, Vec<Expr>), String> {
+    fn filters(&self, spec: &RollupSpec) -> Result<QueryFilters, String> {
         let tags = self.table.tag_columns();
         let (mut kept, mut raw, mut time) = (Vec::new(), Vec::new(), Vec::new());
         let mut satisfied = HashSet::new();
@@ -244,7 +249,7 @@ impl<'a> QueryShape<'a> {
                 spec.filter[missing]
             ));
         }
-        Ok((kept, raw, time))
+        Ok(QueryFilters { kept, raw, time })
     }
 }
 
@@ -281,12 +286,7 @@ fn routed_plan(
     route: Route,
 ) -> Result<LogicalPlan> {
     let name = state.definition().name.clone();
-    let parts = RollupParts::new(
-        spec,
-        state,
-        query.table.clone(),
-        (route.kept_filter, route.raw_filter, route.time_filter),
-    )?;
+    let parts = RollupParts::new(spec, state, query.table.clone(), route.filters)?;
     let reference = TableReference::bare(format!("rollup:{name}"));
     let merged = LogicalPlanBuilder::scan(reference, provider_as_source(Arc::new(parts)), None)?
         .aggregate(route.group, route.merges)?
