@@ -6,7 +6,7 @@
 #
 # Environment: CARGO_TARGET_DIR (optional, shared build directory), PYTHON (default python3).
 # Installs what the tests need when it is missing: the Python packages (into .venv), psql, a
-# JDK and Maven, promtool.
+# JDK and Maven, promtool, influxd (InfluxDB 1.6, the InfluxQL reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,6 +52,9 @@ require_tools "the PostgreSQL tests" postgresql-client psql
 require_tools "the JDBC tests" "default-jdk-headless maven" java mvn
 # promtool (Debian's prometheus package) checks that /metrics is valid Prometheus text.
 require_tools "the /metrics test" prometheus promtool
+# influxd (Debian's influxdb package, InfluxDB 1.6) is the reference the InfluxQL tests compare
+# Quiver's /query answers with (tests/python/influxdb_reference.py).
+require_tools "the InfluxDB 1.x reference tests" influxdb influxd
 
 echo "==> cargo test --workspace"
 cargo test --workspace

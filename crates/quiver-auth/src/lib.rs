@@ -177,8 +177,9 @@ pub enum Presented<'a> {
 /// The token an `Authorization` header value carries: `Bearer <t>`, `Token <t>` (InfluxDB's
 /// spelling) or `Basic base64(user:<t>)` (the password is the token; InfluxDB 1 clients and
 /// Flight SQL handshakes send it so). The scheme is case-insensitive. `None`: `Basic` with an
-/// empty password, which presents no token (a client that must send a user name but has no
-/// token).
+/// empty password, or `Bearer` / `Token` with nothing after it, which present no token (a
+/// client that must send a user name but has no token; the InfluxDB 3 client libraries
+/// configured with an empty token).
 pub fn token_from_authorization(value: &[u8]) -> Result<Option<String>, AuthError> {
     if value.len() > MAX_CREDENTIAL_BYTES * 2 {
         return Err(AuthError::Malformed(format!(
@@ -192,6 +193,7 @@ pub fn token_from_authorization(value: &[u8]) -> Result<Option<String>, AuthErro
     let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     let rest = rest.trim();
     let token = match scheme.to_ascii_lowercase().as_str() {
+        "bearer" | "token" if rest.is_empty() => return Ok(None),
         "bearer" | "token" => rest.to_string(),
         "basic" => match basic_password(rest)? {
             password if password.is_empty() => return Ok(None),
@@ -536,9 +538,11 @@ mod tests {
             Some("ab")
         );
         assert_eq!(token(&format!("Basic {}", STANDARD.encode("user:"))), None);
+        // so does a scheme without a token (the InfluxDB 3 clients' empty token)
+        assert_eq!(token("Token "), None);
+        assert_eq!(token("Bearer"), None);
         for bad in [
-            &b"Bearer"[..],
-            b"Bearer a b",
+            &b"Bearer a b"[..],
             b"Digest x",
             b"Basic !!!",
             b"Basic YWJj", // "abc": no `user:` part

@@ -10,11 +10,13 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use datafusion::error::DataFusionError;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::future::{BoxFuture, Shared, WeakShared};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use moka::sync::Cache;
 use parking_lot::Mutex;
+use quiver_influxql::ast::Statement as InfluxqlStatement;
 use quiver_model::AccessScope;
 use quiver_query::governance::{QueryControl, StopReason};
 use quiver_query::{
@@ -212,6 +214,86 @@ impl QueryService {
             control: &request.control,
         };
         self.query_analyzed(analysis, &request.params, how).await
+    }
+
+    /// Parses InfluxQL text into its statements, bounded as SQL text is (the engine's
+    /// `max_sql_bytes` and `max_sql_depth`).
+    pub fn parse_influxql(
+        &self,
+        text: &str,
+    ) -> Result<Vec<InfluxqlStatement>, quiver_influxql::ParseError> {
+        let limits = self.engine.statement_limits();
+        quiver_influxql::parse(
+            text,
+            quiver_influxql::ParseLimits {
+                max_depth: limits.max_depth,
+                max_bytes: limits.max_bytes,
+            },
+        )
+    }
+
+    /// Answers an InfluxQL statement (parsed by the protocol) as [`QueryService::query`]
+    /// answers SQL: in the database it names itself (`ON db`, `FROM db..m`) or else
+    /// `database`, through the cache. `SHOW DATABASES` needs no database: it lists those the
+    /// caller may read.
+    pub async fn query_influxql(
+        self: &Arc<Self>,
+        database: &str,
+        statement: InfluxqlStatement,
+        how: Run<'_>,
+    ) -> Result<Answer, Arc<QueryError>> {
+        if statement == InfluxqlStatement::ShowDatabases {
+            return self.show_databases(how.control).map_err(Arc::new);
+        }
+        let named = quiver_influxql::plan::database_of(&statement)
+            .map_err(|e| Arc::new(QueryError::Invalid(DataFusionError::Plan(e.0))))?;
+        let database = named.as_deref().unwrap_or(database);
+        if database.is_empty() {
+            return Err(Arc::new(QueryError::Invalid(DataFusionError::Plan(
+                "database name required".into(),
+            ))));
+        }
+        let analysis = self
+            .engine
+            .analyze_influxql(database, statement)
+            .map_err(|e| Arc::new(how.control.hide_unreadable(e)))?;
+        self.query_analyzed(Arc::new(analysis), &QueryParams::None, how)
+            .await
+    }
+
+    /// `SHOW DATABASES`: the databases `control`'s caller may read, in InfluxQL's layout.
+    fn show_databases(&self, control: &QueryControl) -> Result<Answer, QueryError> {
+        use arrow::array::{ArrayRef, StringArray};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let visible = control.visible_databases();
+        let names: Vec<String> = self
+            .engine
+            .store()
+            .database_names()
+            .into_iter()
+            .filter(|d| visible.shows(d))
+            .collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(
+                quiver_influxql::plan::MEASUREMENT_COLUMN,
+                DataType::Utf8,
+                false,
+            ),
+            Field::new("name", DataType::Utf8, false),
+        ]));
+        let series: ArrayRef = Arc::new(StringArray::from(vec!["databases"; names.len()]));
+        let names: ArrayRef = Arc::new(StringArray::from(names));
+        let batch = RecordBatch::try_new(schema.clone(), vec![series, names])
+            .map_err(|e| QueryError::Internal(e.into()))?;
+        let stream = futures::stream::iter([Ok(batch)]);
+        Counters::bump(&self.counters.bypasses);
+        Ok(Answer {
+            verdict: Verdict::Bypass,
+            body: AnswerBody::Streamed(QueryOutput {
+                schema: schema.clone(),
+                stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+            }),
+        })
     }
 
     /// Answers a statement analysed beforehand (a prepared statement, or one a protocol parsed

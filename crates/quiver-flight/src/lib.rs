@@ -48,10 +48,12 @@ mod ingest;
 mod metadata;
 mod observe;
 mod result_types;
+mod service;
 mod session;
 
 pub use observe::GrpcMetricsLayer;
 use result_types::ResultTypes;
+pub use service::QuiverFlightService;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -84,7 +86,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
 use prost::Message;
 use quiver_auth::{Authenticator, Caller, Presented};
-use quiver_cache::{AnswerBody, QueryRequest, QueryService};
+use quiver_cache::{Answer, AnswerBody, QueryRequest, QueryService, Run};
 use quiver_model::{Classify, ErrorKind};
 use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryError, QueryParams};
@@ -239,6 +241,35 @@ impl QuiverFlightSql {
         Ok((description.schema, Arc::new(parameters)))
     }
 
+    /// Runs an InfluxQL statement (from a JSON ticket) and streams its answer.
+    async fn answer_influxql(
+        &self,
+        request: QueryRequest,
+        types: ResultTypes,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut statements = self
+            .queries
+            .parse_influxql(&request.sql)
+            .map_err(|e| Status::invalid_argument(format!("error parsing query: {e}")))?;
+        if statements.len() != 1 {
+            return Err(Status::invalid_argument(format!(
+                "one InfluxQL statement per query, not {}",
+                statements.len()
+            )));
+        }
+        let how = Run {
+            scope: &request.scope,
+            no_cache: request.no_cache,
+            control: &request.control,
+        };
+        let answer = self
+            .queries
+            .query_influxql(&request.database, statements.remove(0), how)
+            .await
+            .map_err(|e| classified_status(e.as_ref()))?;
+        self.send(answer, None, types).await
+    }
+
     /// Runs a statement through the result cache and streams the answer as Flight data. A
     /// whole (cached) answer is encoded once and its Flight data kept with it, so a hit
     /// sends ready bytes. `announced` is the schema fingerprint a `FlightInfo` promised.
@@ -253,6 +284,16 @@ impl QuiverFlightSql {
             .query(&request)
             .await
             .map_err(|e| classified_status(e.as_ref()))?;
+        self.send(answer, announced, types).await
+    }
+
+    /// Streams `answer` as Flight data (see [`QuiverFlightSql::answer`]).
+    async fn send(
+        &self,
+        answer: Answer,
+        announced: Option<u64>,
+        types: ResultTypes,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let schema = match &answer.body {
             AnswerBody::Cached(cached) => cached.result().schema().clone(),
             AnswerBody::Streamed(output) => output.schema.clone(),

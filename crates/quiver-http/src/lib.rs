@@ -11,6 +11,7 @@ mod cache;
 mod configure;
 mod error;
 pub mod format;
+mod influxql;
 pub mod metrics;
 mod params;
 mod queries;
@@ -100,6 +101,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/v3/query_sql",
             get(query::query_get).post(query::query_post),
         )
+        .route(
+            "/api/v3/query_influxql",
+            get(query::query_influxql_get).post(query::query_influxql_post),
+        )
+        .route("/query", get(influxql::query_v1).post(influxql::query_v1))
         .route("/metrics", get(metrics::scrape))
         .route("/api/v3/queries", get(queries::list))
         .route("/api/v3/queries/{id}", delete(queries::kill))

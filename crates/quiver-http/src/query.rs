@@ -15,7 +15,7 @@
 //! query queue is full); an error after rows have been sent aborts the response, so a client
 //! never mistakes a partial result for a whole one. A client that goes away stops its query.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,11 +25,10 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 use quiver_auth::Caller;
-use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest};
+use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest, Run};
 use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
@@ -74,7 +73,7 @@ pub async fn query_get(
         timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
         use_rollups: params.get("use_rollups").map(|t| Value::String(t.clone())),
     };
-    run(app, &caller, request, &headers).await
+    run(app, &caller, request, &headers, Language::Sql).await
 }
 
 /// `POST /api/v3/query_sql` with a JSON body `{"db": ..., "q": ..., "format": ..., "params": ...}`.
@@ -110,7 +109,57 @@ pub async fn query_post(
             .map(|p| params_from_text(p))
             .transpose()?;
     }
-    run(app, &caller, request, &headers).await
+    run(app, &caller, request, &headers, Language::Sql).await
+}
+
+/// The language of a query endpoint's statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Language {
+    /// `/api/v3/query_sql`.
+    Sql,
+    /// `/api/v3/query_influxql`: one InfluxQL statement, answered in InfluxDB 3's layout
+    /// (`iox::measurement`, `time`, the grouped tags, the selected columns).
+    Influxql,
+}
+
+/// `GET /api/v3/query_influxql?db=&q=&format=`.
+pub async fn query_influxql_get(
+    State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let request = QueryBody {
+        db: params.get("db").cloned(),
+        q: params.get("q").cloned(),
+        format: params.get("format").cloned(),
+        ..QueryBody::default()
+    };
+    run(app, &caller, request, &headers, Language::Influxql).await
+}
+
+/// `POST /api/v3/query_influxql` with a JSON body `{"db": ..., "q": ..., "format": ...}`.
+pub async fn query_influxql_post(
+    State(app): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = super::body::read_body(&headers, body, app.limits.max_request_bytes).await?;
+    let mut request: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
+        QueryBody::default()
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!(
+                "request body must be JSON like {{\"db\": \"...\", \"q\": \"...\"}}: {e}"
+            ))
+        })?
+    };
+    request.db = request.db.or_else(|| params.get("db").cloned());
+    request.q = request.q.or_else(|| params.get("q").cloned());
+    request.format = request.format.or_else(|| params.get("format").cloned());
+    run(app, &caller, request, &headers, Language::Influxql).await
 }
 
 async fn run(
@@ -118,6 +167,7 @@ async fn run(
     caller: &Caller,
     request: QueryBody,
     headers: &HeaderMap,
+    language: Language,
 ) -> Result<Response, ApiError> {
     let db = request
         .db
@@ -126,7 +176,7 @@ async fn run(
     let sql = request
         .q
         .filter(|q| !q.trim().is_empty())
-        .ok_or_else(|| ApiError::bad_request("missing parameter \"q\" (the SQL query)"))?;
+        .ok_or_else(|| ApiError::bad_request("missing parameter \"q\" (the query)"))?;
     let format = match request.format {
         Some(f) => f.parse::<Format>().map_err(ApiError::bad_request)?,
         None => headers
@@ -149,7 +199,20 @@ async fn run(
             skip_rollups: !use_rollups(request.use_rollups)?,
         },
     };
-    let answer = app.queries.query(&query).await?;
+    let answer = match language {
+        Language::Sql => app.queries.query(&query).await?,
+        Language::Influxql => {
+            let statement = crate::influxql::single_statement(&app, &query.sql)?;
+            let how = Run {
+                scope: &query.scope,
+                no_cache: query.no_cache,
+                control: &query.control,
+            };
+            app.queries
+                .query_influxql(&query.database, statement, how)
+                .await?
+        }
+    };
     let mut response = match answer.body {
         AnswerBody::Cached(cached) => cached_response(&app, &cached, format).await?,
         AnswerBody::Streamed(output) => streamed_response(output, format).await?,
@@ -389,47 +452,5 @@ fn params_from_text(text: &str) -> Result<Value, ApiError> {
 
 /// Placeholder values from JSON: an object binds `$name`s, an array `$1`, `$2`, ...
 fn query_params(params: Option<Value>) -> Result<QueryParams, ApiError> {
-    Ok(match params {
-        None | Some(Value::Null) => QueryParams::None,
-        Some(Value::Object(values)) => QueryParams::Named(
-            values
-                .into_iter()
-                .map(|(name, v)| Ok((name.clone(), scalar(v, &format!("${name}"))?)))
-                .collect::<Result<BTreeMap<_, _>, ApiError>>()?,
-        ),
-        Some(Value::Array(values)) => QueryParams::Positional(
-            values
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| scalar(v, &format!("${}", i + 1)))
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "\"params\" must be a JSON object (for $name placeholders) or an array (for $1, $2, ...), not {other}"
-            )))
-        }
-    })
-}
-
-fn scalar(value: Value, placeholder: &str) -> Result<ScalarValue, ApiError> {
-    Ok(match value {
-        Value::Null => ScalarValue::Null,
-        Value::Bool(b) => ScalarValue::Boolean(Some(b)),
-        Value::String(s) => ScalarValue::Utf8(Some(s)),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                ScalarValue::Int64(Some(i))
-            } else if let Some(u) = n.as_u64() {
-                ScalarValue::UInt64(Some(u))
-            } else {
-                ScalarValue::Float64(n.as_f64())
-            }
-        }
-        Value::Array(_) | Value::Object(_) => {
-            return Err(ApiError::bad_request(format!(
-                "parameter {placeholder} must be a string, number, boolean or null"
-            )))
-        }
-    })
+    QueryParams::from_json(params.unwrap_or(Value::Null)).map_err(ApiError::bad_request)
 }

@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use datafusion::common::TableReference;
 use datafusion::execution::SessionState;
@@ -60,9 +61,18 @@ pub struct QueryAnalysis {
     /// Whether the answer can be cached.
     pub cacheability: Cacheability,
     /// The parsed statement, so that running it does not parse it again.
-    pub(crate) statement: DFStatement,
+    pub(crate) statement: AnalyzedStatement,
     /// The SQL dialect it was parsed in (part of its plan's key, with the canonical text).
     pub(crate) dialect: std::any::TypeId,
+}
+
+/// A statement as analysed: SQL, or InfluxQL (planned by `quiver-influxql`).
+#[derive(Debug, Clone)]
+pub(crate) enum AnalyzedStatement {
+    /// SQL, parsed by DataFusion.
+    Sql(DFStatement),
+    /// InfluxQL, parsed by `quiver-influxql`.
+    Influxql(Arc<quiver_influxql::ast::Statement>),
 }
 
 /// The canonical text of `sql` under `dialect`: tokens separated by single spaces, comments
@@ -165,7 +175,7 @@ pub(crate) fn analyze(
         text: sql.to_string(),
         tables: tables.into_iter().collect(),
         cacheability,
-        statement,
+        statement: AnalyzedStatement::Sql(statement),
         dialect: dialect.dialect(),
     })
 }

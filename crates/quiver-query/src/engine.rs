@@ -24,7 +24,7 @@ use futures::StreamExt;
 use quiver_model::VisibleDatabases;
 use quiver_storage::Store;
 
-use crate::analyze::{self, Cacheability, QueryAnalysis, ScannedTable};
+use crate::analyze::{self, AnalyzedStatement, Cacheability, QueryAnalysis, ScannedTable};
 use crate::dictionary_group::DictionaryGroupRule;
 use crate::error::QueryError;
 use crate::filter_order::FilterOrderRule;
@@ -362,7 +362,7 @@ impl QueryEngine {
             let (optimized, schema, notes) = match cached {
                 Some((kept, schema)) => (kept, schema, None),
                 None => {
-                    let plan = logical_plan(state, analysis, params).await?;
+                    let plan = logical_plan(&self.store, state, analysis, params).await?;
                     let schema = Arc::new(plan.schema().as_arrow().clone());
                     let (optimized, notes) = RoutingNotes::collect(|| state.optimize(&plan));
                     (optimized?, schema, Some(notes))
@@ -417,7 +417,7 @@ impl QueryEngine {
             .state();
         let plan = guard_future(
             "describing the statement",
-            state.statement_to_plan(analysis.statement.clone()),
+            statement_plan(&self.store, &state, analysis),
         )
         .await?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
@@ -480,11 +480,12 @@ impl QueryEngine {
 
 /// The logical plan of an analysed read-only statement, with `params` bound.
 async fn logical_plan(
+    store: &Store,
     state: &SessionState,
     analysis: &QueryAnalysis,
     params: Option<ParamValues>,
 ) -> Result<LogicalPlan, DataFusionError> {
-    let mut plan = state.statement_to_plan(analysis.statement.clone()).await?;
+    let mut plan = statement_plan(store, state, analysis).await?;
     datafusion::execution::context::SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)
@@ -494,6 +495,20 @@ async fn logical_plan(
         plan = plan.with_param_values(params)?;
     }
     Ok(plan)
+}
+
+/// The logical plan of an analysed statement, as its language plans it.
+async fn statement_plan(
+    store: &Store,
+    state: &SessionState,
+    analysis: &QueryAnalysis,
+) -> Result<LogicalPlan, DataFusionError> {
+    match &analysis.statement {
+        AnalyzedStatement::Sql(statement) => state.statement_to_plan(statement.clone()).await,
+        AnalyzedStatement::Influxql(statement) => {
+            crate::influxql::logical_plan(store, state, analysis, statement).await
+        }
+    }
 }
 
 /// `stream`, keeping `plan` (and the files its scans hold) until the query ends: a file a

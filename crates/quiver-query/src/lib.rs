@@ -16,6 +16,7 @@ mod filter_order;
 mod first_rows;
 mod float_compare;
 pub mod governance;
+mod influxql;
 mod latest;
 mod options;
 mod panic_guard;

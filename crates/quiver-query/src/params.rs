@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use datafusion::common::{ParamValues, ScalarValue};
+use serde_json::Value;
 
 /// Values for a statement's placeholders.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -32,6 +33,33 @@ impl QueryParams {
         }
     }
 
+    /// Values given as JSON (InfluxDB 3's `params`): an object binds `$name`s, an array `$1`,
+    /// `$2`, ...; `null` binds none. Values are strings, numbers, booleans or null; the error
+    /// says which placeholder's value is not.
+    pub fn from_json(params: Value) -> Result<Self, String> {
+        Ok(match params {
+            Value::Null => QueryParams::None,
+            Value::Object(values) => QueryParams::Named(
+                values
+                    .into_iter()
+                    .map(|(name, v)| Ok((name.clone(), json_scalar(v, &format!("${name}"))?)))
+                    .collect::<Result<BTreeMap<_, _>, String>>()?,
+            ),
+            Value::Array(values) => QueryParams::Positional(
+                values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| json_scalar(v, &format!("${}", i + 1)))
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => {
+                return Err(format!(
+                    "\"params\" must be a JSON object (for $name placeholders) or an array (for $1, $2, ...), not {other}"
+                ))
+            }
+        })
+    }
+
     /// An exact rendering of the values with their types, for cache keys: two parameter sets
     /// render alike only if they bind the same typed values to the same placeholders.
     pub fn fingerprint(&self) -> String {
@@ -51,6 +79,29 @@ impl QueryParams {
         }
         out
     }
+}
+
+/// One placeholder's value from JSON.
+fn json_scalar(value: Value, placeholder: &str) -> Result<ScalarValue, String> {
+    Ok(match value {
+        Value::Null => ScalarValue::Null,
+        Value::Bool(b) => ScalarValue::Boolean(Some(b)),
+        Value::String(s) => ScalarValue::Utf8(Some(s)),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                ScalarValue::Int64(Some(i))
+            } else if let Some(u) = n.as_u64() {
+                ScalarValue::UInt64(Some(u))
+            } else {
+                ScalarValue::Float64(n.as_f64())
+            }
+        }
+        Value::Array(_) | Value::Object(_) => {
+            return Err(format!(
+                "parameter {placeholder} must be a string, number, boolean or null"
+            ))
+        }
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use quiver_storage::Store;
 use quiver_tls::{Protocol, ServerTls, TlsIncoming};
 use tracing_subscriber::EnvFilter;
 
-use quiver_flight::{GrpcMetricsLayer, QuiverFlightSql};
+use quiver_flight::{GrpcMetricsLayer, QuiverFlightService, QuiverFlightSql};
 use quiver_http::{self as http, AppState};
 use quiver_pgwire::{PgServer, PostgresCatalog};
 
@@ -186,9 +186,17 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         auth,
         config.requests.max_request_bytes,
     );
-    let flight = FlightServiceServer::new(flight_sql)
-        .max_decoding_message_size(config.requests.max_request_bytes)
-        .max_encoding_message_size(usize::MAX);
+    let flight_service = QuiverFlightService::new(flight_sql);
+    let flight_server = || {
+        FlightServiceServer::new(flight_service.clone())
+            .max_decoding_message_size(config.requests.max_request_bytes)
+            .max_encoding_message_size(usize::MAX)
+    };
+    let grpc_on_http = tonic::service::Routes::new(flight_server())
+        .prepare()
+        .into_axum_router()
+        .layer(GrpcMetricsLayer);
+    let flight = flight_server();
     let flight = tonic::transport::Server::builder()
         .layer(GrpcMetricsLayer)
         .add_service(flight);
@@ -212,11 +220,12 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         }
         .map_err(std::io::Error::other)
     };
-    let app = http::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let app = with_grpc(http::router(state), grpc_on_http)
+        .into_make_service_with_connect_info::<SocketAddr>();
     let http = async {
         match &tls {
             Some(tls) => {
-                let incoming = TlsIncoming::new(listener, tls, Protocol::Http1)?;
+                let incoming = TlsIncoming::new(listener, tls, Protocol::Http)?;
                 // tap_io: axum gives a listener's address type as ConnectInfo through it
                 axum::serve(incoming.tap_io(|_| ()), app)
                     .with_graceful_shutdown(stopped(stopping))
@@ -365,4 +374,39 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutdown requested: finishing in-flight requests");
+}
+
+/// `http` with gRPC requests (`content-type: application/grpc…`, HTTP/2) sent to `grpc`
+/// instead, with the client's address where tonic looks for it: the InfluxDB 3 client libraries
+/// query over Flight on the host and port they write to.
+fn with_grpc(http: axum::Router, grpc: axum::Router) -> axum::Router {
+    use tower::ServiceExt as _;
+    http.layer(axum::middleware::from_fn(
+        move |mut request: axum::extract::Request, next: axum::middleware::Next| {
+            let grpc = grpc.clone();
+            let peer = request
+                .extensions()
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|info| info.0);
+            request
+                .extensions_mut()
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: peer,
+                });
+            async move {
+                let is_grpc = request
+                    .headers()
+                    .get(axum::http::header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                match is_grpc {
+                    true => match grpc.oneshot(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    },
+                    false => next.run(request).await,
+                }
+            }
+        },
+    ))
 }

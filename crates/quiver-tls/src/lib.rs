@@ -6,7 +6,8 @@
 //!   without a restart; a renewal that does not load keeps the certificate in use and says why
 //!   in the log.
 //! - [`ServerTls::acceptor`]: a `tokio_rustls` acceptor for one [`Protocol`], which fixes the
-//!   ALPN identifier clients negotiate (`http/1.1`, `h2` for gRPC, `postgresql`).
+//!   ALPN identifiers clients negotiate (`h2` or `http/1.1` on the HTTP port, `h2` for gRPC,
+//!   `postgresql`).
 //! - [`TlsIncoming`]: the encrypted connections of a TCP listener. Handshakes run apart from
 //!   the accept loop, each bounded by [`HANDSHAKE_TIMEOUT`], so a client that connects and
 //!   says nothing holds up no one. It is an `axum` listener (HTTP) and a stream of
@@ -66,8 +67,9 @@ pub enum TlsError {
 /// The protocol a listener speaks inside TLS: it names the ALPN identifier negotiated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
-    /// HTTP/1.1 (the HTTP API).
-    Http1,
+    /// HTTP/1.1 (the HTTP API) or HTTP/2 (the same, and gRPC on the HTTP port: what the
+    /// InfluxDB 3 client libraries send to the host they write to).
+    Http,
     /// HTTP/2 (gRPC: Arrow Flight SQL). gRPC clients require `h2` to be negotiated.
     Grpc,
     /// The PostgreSQL wire protocol (`postgresql`, as PostgreSQL 17 names it).
@@ -79,7 +81,7 @@ impl Protocol {
     /// (`quiver_tls_handshake_failures_total`).
     pub fn handshake_failed(self) {
         let protocol = match self {
-            Protocol::Http1 => "http",
+            Protocol::Http => "http",
             Protocol::Grpc => "flight",
             Protocol::Postgres => "postgres",
         };
@@ -87,11 +89,12 @@ impl Protocol {
             .increment(1);
     }
 
-    fn alpn(self) -> &'static [u8] {
+    /// The ALPN identifiers offered, preferred first.
+    fn alpn(self) -> &'static [&'static [u8]] {
         match self {
-            Protocol::Http1 => b"http/1.1",
-            Protocol::Grpc => b"h2",
-            Protocol::Postgres => b"postgresql",
+            Protocol::Http => &[b"h2", b"http/1.1"],
+            Protocol::Grpc => &[b"h2"],
+            Protocol::Postgres => &[b"postgresql"],
         }
     }
 }
@@ -136,7 +139,7 @@ impl ServerTls {
             .expect("the ring provider supports the default protocol versions")
             .with_no_client_auth()
             .with_cert_resolver(self.certificate.clone());
-        config.alpn_protocols = vec![protocol.alpn().to_vec()];
+        config.alpn_protocols = protocol.alpn().iter().map(|id| id.to_vec()).collect();
         TlsAcceptor::from(Arc::new(config))
     }
 }

@@ -186,7 +186,7 @@ async fn handshake(
             return None;
         }
     }
-    if protocol == Protocol::Http1 && first[0].is_ascii_uppercase() {
+    if protocol == Protocol::Http && first[0].is_ascii_uppercase() {
         // An HTTP request line (a method's capital letter) rather than a TLS record (0x16).
         protocol.handshake_failed();
         refuse_plain_http(stream).await;

@@ -1,0 +1,976 @@
+//! `SELECT`: raw queries (points, with InfluxDB's rule that a row whose selected fields are all
+//! null is not a point) and aggregate queries (per series and `GROUP BY time` bucket, with
+//! selectors that return the time, and the other selected columns, of the point they chose);
+//! several measurements as one union; then fill, order and the per-series `LIMIT`/`OFFSET`
+//! and `SLIMIT`/`SOFFSET`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::expr::FieldMetadata;
+use datafusion::logical_expr::{
+    cast, lit, Expr as DfExpr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder, SortExpr,
+    TableSource,
+};
+use datafusion::prelude::{ident, nullif};
+use quiver_model::schema::FieldType;
+
+use super::expr::{self, Columns, Resolved};
+use super::fill::{self, Buckets};
+
+use super::time_range::{self, TimeRange};
+use super::{PlanContext, PlanError, MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
+use crate::ast::{Dimension, Expr, Fill, SelectStatement, Source, WildcardKind};
+
+/// Most columns a statement may select (after wildcards are expanded): twice what a table may
+/// hold by default (`max_columns_per_table`); planning is not linear in them.
+const MAX_SELECTED_COLUMNS: usize = 2_048;
+
+/// Hidden column: points behind an aggregate row (a row with none is not a series' row).
+const POINTS: &str = "__points";
+
+/// One column of the answer: its name and its expression (over raw rows, or over the
+/// aggregate's outputs).
+struct OutputColumn {
+    name: String,
+    expr: Expr,
+}
+
+/// What is grouped by.
+struct Grouping {
+    /// `GROUP BY time(interval, offset)`.
+    interval: Option<(i64, i64)>,
+    /// The tags, sorted.
+    tags: Vec<String>,
+}
+
+pub(crate) fn plan_select(
+    select: &SelectStatement,
+    ctx: &PlanContext<'_>,
+) -> Result<LogicalPlan, PlanError> {
+    if select.from.iter().any(|s| matches!(s, Source::Subquery(_))) {
+        return Err(PlanError::new("subqueries are not supported yet"));
+    }
+    if select.timezone.is_some() {
+        return Err(PlanError::new(
+            "tz() is not supported yet: times are in UTC",
+        ));
+    }
+    let names: Vec<_> = select
+        .from
+        .iter()
+        .filter_map(|s| match s {
+            Source::Measurement(name) => Some(name.clone()),
+            Source::Subquery(_) => None,
+        })
+        .collect();
+    let measurements = super::resolve_names(&names, &ctx.schemas.measurements())?;
+    let tables: Vec<(String, Arc<dyn TableSource>)> = measurements
+        .into_iter()
+        .filter_map(|m| ctx.schemas.table(&m).map(|t| (m, t)))
+        .collect();
+    let (range, rest) = time_range::split(select.condition.as_ref(), ctx.now_ns)?;
+    let all_columns: Vec<Columns> = tables
+        .iter()
+        .map(|(_, t)| Columns::new(t.schema()))
+        .collect();
+    let grouping = grouping(select, &all_columns)?;
+    if tables.is_empty() {
+        return empty(&grouping);
+    }
+    let columns = output_columns(select, &all_columns, &grouping)?;
+    let aggregate = columns.iter().any(|c| has_aggregate(&c.expr));
+    if !aggregate && grouping.interval.is_some() {
+        return Err(PlanError::new(
+            "GROUP BY requires at least one aggregate function",
+        ));
+    }
+    if aggregate
+        && columns
+            .iter()
+            .any(|c| !has_aggregate(&c.expr) && !is_var_ref(&c.expr))
+    {
+        return Err(PlanError::new(
+            "mixing aggregate and non-aggregate queries is not supported",
+        ));
+    }
+    let mut parts = Vec::new();
+    for ((measurement, table), cols) in tables.iter().zip(&all_columns) {
+        let part = if aggregate {
+            aggregate_part(
+                measurement,
+                table,
+                cols,
+                &columns,
+                &grouping,
+                range,
+                rest.as_ref(),
+            )?
+        } else {
+            raw_part(
+                measurement,
+                table,
+                cols,
+                &columns,
+                &grouping,
+                range,
+                rest.as_ref(),
+            )?
+        };
+        if let Some(part) = part {
+            parts.push(part);
+        }
+    }
+    let Some(plan) = union(parts, &columns)? else {
+        return empty(&grouping);
+    };
+    let plan = match aggregate {
+        true => fill_aggregates(plan, select, ctx, &grouping, range, &columns)?,
+        false => plan,
+    };
+    order_and_limit(plan, select, &grouping.tags)
+}
+
+/// Aggregates with their missing values filled (`fill()`, null by default): with `GROUP BY
+/// time` over a range with a start, every bucket of every series first gets a row.
+fn fill_aggregates(
+    plan: LogicalPlan,
+    select: &SelectStatement,
+    ctx: &PlanContext<'_>,
+    grouping: &Grouping,
+    range: TimeRange,
+    columns: &[OutputColumn],
+) -> Result<LogicalPlan, PlanError> {
+    let fill = select.fill.clone().unwrap_or(Fill::Null);
+    let outputs: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
+    let counts: Vec<bool> = columns.iter().map(|c| is_count(&c.expr)).collect();
+    let plan = match (grouping.interval, range.lower, &fill) {
+        (Some((interval, offset)), Some(lower), fill) if *fill != Fill::None => {
+            let upper = range.upper.unwrap_or(ctx.now_ns.saturating_add(1));
+            let buckets = Buckets::new(lower, upper, interval, offset, ctx.max_buckets)?;
+            fill::grid(plan, &buckets, &grouping.tags, &outputs)?
+        }
+        // without a start there is no first bucket to fill from
+        _ => plan,
+    };
+    fill::fill_values(plan, &grouping.tags, &outputs, &counts, &fill)
+}
+
+fn is_count(expr: &Expr) -> bool {
+    matches!(expr, Expr::Call { name, .. } if name == "count")
+}
+
+/// The `GROUP BY` of `select`: its time interval and the tags (a regular expression or `*`
+/// matched against every measurement's tags).
+fn grouping(select: &SelectStatement, all: &[Columns]) -> Result<Grouping, PlanError> {
+    let mut interval = None;
+    let mut tags = BTreeSet::new();
+    let every_tag: BTreeSet<String> = all.iter().flat_map(Columns::tags).collect();
+    for dimension in &select.group_by {
+        match dimension {
+            Dimension::Time {
+                interval: i,
+                offset,
+            } => {
+                if interval.is_some() {
+                    return Err(PlanError::new("multiple time dimensions not allowed"));
+                }
+                if *i <= 0 {
+                    return Err(PlanError::new("GROUP BY time() needs a positive interval"));
+                }
+                interval = Some((*i, offset.unwrap_or(0).rem_euclid(*i)));
+            }
+            Dimension::Tag(tag) => {
+                tags.insert(tag.clone());
+            }
+            Dimension::Wildcard => tags.extend(every_tag.iter().cloned()),
+            Dimension::Regex(pattern) => {
+                let regex = expr::bounded_regex(pattern)?;
+                tags.extend(
+                    every_tag
+                        .iter()
+                        .filter(|t| regex.is_match(t.as_str()))
+                        .cloned(),
+                );
+            }
+        }
+    }
+    Ok(Grouping {
+        interval,
+        tags: tags.into_iter().collect(),
+    })
+}
+
+/// The selected columns, wildcards and regular expressions expanded over every measurement's
+/// fields and tags, named as InfluxDB 1.x names them (a repeated name gets `_1`, `_2`, ...).
+fn output_columns(
+    select: &SelectStatement,
+    all: &[Columns],
+    grouping: &Grouping,
+) -> Result<Vec<OutputColumn>, PlanError> {
+    let fields: BTreeMap<String, FieldType> = all.iter().flat_map(Columns::fields).collect();
+    let field_names: BTreeSet<String> = fields.keys().cloned().collect();
+    let tags: BTreeSet<String> = all
+        .iter()
+        .flat_map(Columns::tags)
+        .filter(|t| !grouping.tags.contains(t))
+        .collect();
+    let var = |name: &str| Expr::VarRef {
+        name: name.to_string(),
+        data_type: None,
+    };
+    let mut columns: Vec<OutputColumn> = Vec::new();
+    for field in &select.fields {
+        if columns.len() > MAX_SELECTED_COLUMNS {
+            break; // refused below, before anything more is expanded
+        }
+        match &field.expr {
+            Expr::Wildcard { kind } => {
+                let mut names: BTreeSet<String> = BTreeSet::new();
+                if *kind != Some(WildcardKind::Tag) {
+                    names.extend(field_names.iter().cloned());
+                }
+                if *kind != Some(WildcardKind::Field) {
+                    names.extend(tags.iter().cloned());
+                }
+                columns.extend(names.into_iter().map(|n| OutputColumn {
+                    expr: var(&n),
+                    name: n,
+                }));
+            }
+            Expr::Regex(pattern) => {
+                let regex = expr::bounded_regex(pattern)?;
+                let names: BTreeSet<String> = field_names
+                    .iter()
+                    .chain(tags.iter())
+                    .filter(|n| regex.is_match(n.as_str()))
+                    .cloned()
+                    .collect();
+                columns.extend(names.into_iter().map(|n| OutputColumn {
+                    expr: var(&n),
+                    name: n,
+                }));
+            }
+            Expr::Call { name, args }
+                if matches!(args.first(), Some(Expr::Wildcard { .. } | Expr::Regex(_))) =>
+            {
+                let regex = match &args[0] {
+                    Expr::Regex(pattern) => Some(expr::bounded_regex(pattern)?),
+                    _ => None,
+                };
+                for (field_name, field_type) in &fields {
+                    if regex.as_ref().is_some_and(|r| !r.is_match(field_name))
+                        || !accepts(name, *field_type)
+                    {
+                        continue;
+                    }
+                    let mut args = args.clone();
+                    args[0] = var(field_name);
+                    columns.push(OutputColumn {
+                        name: format!("{name}_{field_name}"),
+                        expr: Expr::Call {
+                            name: name.clone(),
+                            args,
+                        },
+                    });
+                }
+            }
+            other => columns.push(OutputColumn {
+                name: field
+                    .alias
+                    .clone()
+                    .unwrap_or_else(|| expr::column_name(other)),
+                expr: other.clone(),
+            }),
+        }
+    }
+    if columns.is_empty() {
+        return Err(PlanError::new(
+            "statement must have at least one field in select clause",
+        ));
+    }
+    if columns.len() > MAX_SELECTED_COLUMNS {
+        return Err(PlanError::new(format!(
+            "the statement selects {} columns; at most {MAX_SELECTED_COLUMNS} are allowed",
+            columns.len()
+        )));
+    }
+    dedupe_names(&mut columns);
+    Ok(columns)
+}
+
+/// Whether aggregate `function` applies to a field of `field_type` (for `mean(*)` and
+/// friends, which skip the fields it does not).
+fn accepts(function: &str, field_type: FieldType) -> bool {
+    let numeric = matches!(
+        field_type,
+        FieldType::Float | FieldType::Integer | FieldType::UInteger
+    );
+    match function {
+        "count" | "first" | "last" | "distinct" | "mode" => true,
+        "max" | "min" => numeric || field_type == FieldType::Boolean,
+        _ => numeric,
+    }
+}
+
+fn dedupe_names(columns: &mut [OutputColumn]) {
+    let mut seen: std::collections::HashSet<String> = ["time".to_string()].into();
+    for column in columns.iter_mut() {
+        let base = column.name.clone();
+        let mut name = base.clone();
+        let mut n = 0;
+        while seen.contains(&name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        seen.insert(name.clone());
+        column.name = name;
+    }
+}
+
+fn is_var_ref(expr: &Expr) -> bool {
+    matches!(expr, Expr::VarRef { .. })
+}
+
+/// InfluxQL's aggregate and selector functions.
+fn is_aggregate_function(name: &str) -> bool {
+    matches!(
+        name,
+        "count"
+            | "sum"
+            | "mean"
+            | "median"
+            | "mode"
+            | "spread"
+            | "stddev"
+            | "min"
+            | "max"
+            | "first"
+            | "last"
+            | "percentile"
+            | "distinct"
+            | "top"
+            | "bottom"
+            | "sample"
+            | "integral"
+    )
+}
+
+/// Functions that transform a series point by point (not supported yet).
+fn is_transformation(name: &str) -> bool {
+    matches!(
+        name,
+        "derivative"
+            | "non_negative_derivative"
+            | "difference"
+            | "non_negative_difference"
+            | "moving_average"
+            | "cumulative_sum"
+            | "elapsed"
+            | "holt_winters"
+            | "holt_winters_with_fit"
+            | "exponential_moving_average"
+            | "double_exponential_moving_average"
+            | "triple_exponential_moving_average"
+            | "relative_strength_index"
+            | "chande_momentum_oscillator"
+            | "kaufmans_efficiency_ratio"
+            | "kaufmans_adaptive_moving_average"
+            | "triple_exponential_derivative"
+    )
+}
+
+fn has_aggregate(expr: &Expr) -> bool {
+    match expr {
+        Expr::Call { name, args } => {
+            is_aggregate_function(name) || is_transformation(name) || args.iter().any(has_aggregate)
+        }
+        Expr::Binary { lhs, rhs, .. } => has_aggregate(lhs) || has_aggregate(rhs),
+        Expr::Paren(inner) => has_aggregate(inner),
+        _ => false,
+    }
+}
+
+fn timestamp(ns: i64) -> DfExpr {
+    lit(ScalarValue::TimestampNanosecond(
+        Some(ns),
+        Some("UTC".into()),
+    ))
+}
+
+/// The metadata that marks a `GROUP BY` tag column.
+fn tag_role() -> Option<FieldMetadata> {
+    Some(FieldMetadata::from(std::collections::BTreeMap::from([(
+        ROLE_METADATA_KEY.to_string(),
+        TAG_ROLE.to_string(),
+    )])))
+}
+
+/// The key columns every part starts with: measurement, time, the grouped tags (`''` where
+/// a point lacks one, as InfluxDB shows it).
+fn key_columns(
+    measurement: &str,
+    time: DfExpr,
+    grouping: &Grouping,
+    cols: &Columns,
+) -> Vec<DfExpr> {
+    let mut keys = vec![
+        lit(measurement.to_string()).alias(MEASUREMENT_COLUMN),
+        time.alias("time"),
+    ];
+    for tag in &grouping.tags {
+        let value = match cols.resolve(tag, None) {
+            Resolved::Tag(tag) => expr::tag_value(&tag),
+            _ => lit(""),
+        };
+        keys.push(value.alias_with_metadata(tag.clone(), tag_role()));
+    }
+    keys
+}
+
+/// Scan of `table` with the statement's time range and condition applied.
+fn scan(
+    measurement: &str,
+    table: &Arc<dyn TableSource>,
+    cols: &Columns,
+    range: TimeRange,
+    rest: Option<&Expr>,
+) -> Result<LogicalPlanBuilder, PlanError> {
+    let mut builder = LogicalPlanBuilder::scan(measurement, Arc::clone(table), None)?;
+    let mut filters = Vec::new();
+    if let Some(lower) = range.lower {
+        filters.push(ident("time").gt_eq(timestamp(lower)));
+    }
+    if let Some(upper) = range.upper {
+        filters.push(ident("time").lt(timestamp(upper)));
+    }
+    if let Some(rest) = rest {
+        filters.push(expr::condition(rest, cols)?);
+    }
+    if let Some(filter) = filters.into_iter().reduce(DfExpr::and) {
+        builder = builder.filter(filter)?;
+    }
+    Ok(builder)
+}
+
+/// One measurement's points: its key columns and the selected values; a row whose selected
+/// fields are all null is no point and left out. `None` if none of the selected names is a
+/// field of the measurement.
+fn raw_part(
+    measurement: &str,
+    table: &Arc<dyn TableSource>,
+    cols: &Columns,
+    columns: &[OutputColumn],
+    grouping: &Grouping,
+    range: TimeRange,
+    rest: Option<&Expr>,
+) -> Result<Option<LogicalPlan>, PlanError> {
+    let field_refs: Vec<DfExpr> = columns
+        .iter()
+        .flat_map(|c| field_names(&c.expr, cols))
+        .map(|f| ident(f).is_not_null())
+        .collect();
+    let Some(any_field) = field_refs.into_iter().reduce(DfExpr::or) else {
+        return Ok(None);
+    };
+    let mut projection = key_columns(measurement, ident("time"), grouping, cols);
+    for column in columns {
+        projection.push(expr::scalar(&column.expr, cols)?.alias(&column.name));
+    }
+    let plan = scan(measurement, table, cols, range, rest)?
+        .filter(any_field)?
+        .project(projection)?
+        .build()?;
+    Ok(Some(plan))
+}
+
+/// The fields of `cols` that `expr` names.
+fn field_names(expr: &Expr, cols: &Columns) -> Vec<String> {
+    match expr {
+        Expr::VarRef { name, data_type } => match cols.resolve(name, *data_type) {
+            Resolved::Field(field, _) => vec![field],
+            _ => vec![],
+        },
+        Expr::Call { args, .. } => args.iter().flat_map(|a| field_names(a, cols)).collect(),
+        Expr::Binary { lhs, rhs, .. } => {
+            let mut names = field_names(lhs, cols);
+            names.extend(field_names(rhs, cols));
+            names
+        }
+        Expr::Paren(inner) => field_names(inner, cols),
+        _ => vec![],
+    }
+}
+
+/// The aggregates of one measurement's series, per time bucket if grouped by time.
+fn aggregate_part(
+    measurement: &str,
+    table: &Arc<dyn TableSource>,
+    cols: &Columns,
+    columns: &[OutputColumn],
+    grouping: &Grouping,
+    range: TimeRange,
+    rest: Option<&Expr>,
+) -> Result<Option<LogicalPlan>, PlanError> {
+    let fields: Vec<String> = columns
+        .iter()
+        .flat_map(|c| field_names(&c.expr, cols))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let Some(any_field) = fields
+        .iter()
+        .map(|f| ident(f.as_str()).is_not_null())
+        .reduce(DfExpr::or)
+    else {
+        return Ok(None);
+    };
+    let selector = Selector::single(columns);
+    let mut aggregates = Aggregates::default();
+    let mut values = Vec::new();
+    for column in columns {
+        let value = match (&column.expr, &selector) {
+            (var @ Expr::VarRef { .. }, Some(selector)) => {
+                aggregates.add(selector.pick(expr::scalar(var, cols)?)?)
+            }
+            (expr, _) => aggregate_value(expr, cols, &mut aggregates)?,
+        };
+        values.push(value.alias(&column.name));
+    }
+    // with GROUP BY time a selector's time is its bucket's; the other columns still follow it
+    let time = match (grouping.interval, &selector) {
+        (Some((interval, offset)), _) => bucket(interval, offset),
+        (None, Some(selector)) => aggregates.add(selector.pick(ident("time"))?),
+        (None, None) => timestamp(range.lower.unwrap_or(0)),
+    };
+    let points = datafusion::functions_aggregate::expr_fn::count(lit(1))
+        .filter(any_field)
+        .build()?
+        .alias(POINTS);
+    let mut group_keys: Vec<DfExpr> = Vec::new();
+    if let Some((interval, offset)) = grouping.interval {
+        group_keys.push(bucket(interval, offset).alias("__bucket"));
+    }
+    for tag in &grouping.tags {
+        let value = match cols.resolve(tag, None) {
+            Resolved::Tag(tag) => expr::tag_value(&tag),
+            _ => lit(""),
+        };
+        group_keys.push(value.alias(format!("__tag_{tag}")));
+    }
+    let mut aggregate_exprs = aggregates.exprs;
+    aggregate_exprs.push(points);
+    let builder =
+        scan(measurement, table, cols, range, rest)?.aggregate(group_keys, aggregate_exprs)?;
+    let time = match grouping.interval {
+        Some(_) => ident("__bucket"),
+        None => time,
+    };
+    let mut projection = vec![
+        lit(measurement.to_string()).alias(MEASUREMENT_COLUMN),
+        time.alias("time"),
+    ];
+    for tag in &grouping.tags {
+        projection.push(ident(format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role()));
+    }
+    projection.extend(values);
+    let plan = builder
+        .filter(ident(POINTS).gt(lit(0i64)))?
+        .project(projection)?
+        .build()?;
+    Ok(Some(plan))
+}
+
+/// The aggregate expressions of a part, each named `__agg_N`.
+#[derive(Default)]
+struct Aggregates {
+    exprs: Vec<DfExpr>,
+}
+
+impl Aggregates {
+    /// Adds `aggregate` and returns the column that will hold it.
+    fn add(&mut self, aggregate: DfExpr) -> DfExpr {
+        let name = format!("__agg_{}", self.exprs.len());
+        self.exprs.push(aggregate.alias(&name));
+        ident(name)
+    }
+}
+
+/// `GROUP BY time` bucket of a point: `date_bin` aligned to the epoch plus `offset`.
+fn bucket(interval: i64, offset: i64) -> DfExpr {
+    let stride = lit(ScalarValue::IntervalMonthDayNano(Some(
+        arrow::datatypes::IntervalMonthDayNano::new(0, 0, interval),
+    )));
+    datafusion::functions::expr_fn::date_bin(stride, ident("time"), timestamp(offset))
+}
+
+/// The point a statement's only call chooses, when that call is a selector (first, last,
+/// min, max, percentile): the answer's time, and its other selected columns, are that
+/// point's.
+struct Selector {
+    /// The selector's field.
+    field: String,
+    /// The order of the points it chooses among (those where the field is set).
+    order: Vec<SortExpr>,
+    /// Which of them, `None` for the first; `Some(n)`: the `percentile(field, n)` rank.
+    percentile: Option<f64>,
+}
+
+impl Selector {
+    fn single(columns: &[OutputColumn]) -> Option<Selector> {
+        let calls: Vec<&Expr> = columns
+            .iter()
+            .map(|c| &c.expr)
+            .filter(|e| has_aggregate(e))
+            .collect();
+        let [Expr::Call { name, args }] = calls.as_slice() else {
+            return None;
+        };
+        let Some(Expr::VarRef { name: field, .. }) = args.first() else {
+            return None;
+        };
+        let time = ident("time");
+        let value = ident(field.as_str());
+        let (order, percentile) = match (name.as_str(), args.get(1)) {
+            ("first", _) => (vec![time.sort(true, false)], None),
+            ("last", _) => (vec![time.sort(false, false)], None),
+            ("max", _) => (vec![value.sort(false, false), time.sort(true, false)], None),
+            ("min", _) => (vec![value.sort(true, false), time.sort(true, false)], None),
+            ("percentile", Some(n)) => (
+                vec![value.sort(true, false), time.sort(true, false)],
+                Some(percentile_rank(n).ok()?),
+            ),
+            _ => return None,
+        };
+        Some(Selector {
+            field: field.clone(),
+            order,
+            percentile,
+        })
+    }
+
+    /// `value` at the chosen point.
+    fn pick(&self, value: DfExpr) -> Result<DfExpr, PlanError> {
+        let set = ident(self.field.as_str()).is_not_null();
+        match self.percentile {
+            None => Ok(
+                datafusion::functions_aggregate::first_last::first_value_udaf()
+                    .call(vec![value])
+                    .order_by(self.order.clone())
+                    .filter(set)
+                    .build()?,
+            ),
+            Some(n) => nearest_rank(value, self.order.clone(), set, n),
+        }
+    }
+}
+
+/// `percentile()`'s second argument.
+fn percentile_rank(arg: &Expr) -> Result<f64, PlanError> {
+    match arg {
+        Expr::Literal(crate::ast::Literal::Integer(i)) => Ok(*i as f64),
+        Expr::Literal(crate::ast::Literal::Float(f)) => Ok(*f),
+        other => Err(PlanError::new(format!(
+            "expected float argument in percentile(), got {other}"
+        ))),
+    }
+}
+
+/// InfluxDB's nearest rank: `value` of the point at index `floor(count * n / 100 + 0.5)`
+/// (1-based) of the points where `set` holds, in `order`; null below the first.
+fn nearest_rank(
+    value: DfExpr,
+    order: Vec<SortExpr>,
+    set: DfExpr,
+    n: f64,
+) -> Result<DfExpr, PlanError> {
+    use datafusion::functions_nested::expr_fn::{array_element, cardinality};
+    let sorted = datafusion::functions_aggregate::array_agg::array_agg_udaf()
+        .call(vec![value])
+        .order_by(order)
+        .filter(set)
+        .build()?;
+    let index = cast(
+        datafusion::functions::math::expr_fn::floor(
+            cast(cardinality(sorted.clone()), DataType::Float64) * lit(n / 100.0) + lit(0.5),
+        ),
+        DataType::Int64,
+    );
+    Ok(array_element(sorted, index))
+}
+
+/// An aggregate column's value: its calls become aggregates, the arithmetic around them is
+/// done on their results.
+fn aggregate_value(
+    expr: &Expr,
+    cols: &Columns,
+    aggregates: &mut Aggregates,
+) -> Result<DfExpr, PlanError> {
+    match expr {
+        Expr::Call { name, args } if is_aggregate_function(name) || is_transformation(name) => {
+            let aggregate = aggregate_call(name, args, cols)?;
+            Ok(aggregates.add(aggregate))
+        }
+        Expr::Binary { op, lhs, rhs } => {
+            let l = aggregate_value(lhs, cols, aggregates)?;
+            let r = aggregate_value(rhs, cols, aggregates)?;
+            expr::arithmetic(*op, l, r)
+                .ok_or_else(|| PlanError::new(format!("invalid operator {op} in {expr}")))
+        }
+        Expr::Paren(inner) => aggregate_value(inner, cols, aggregates),
+        Expr::Literal(value) => Ok(expr::literal(value)),
+        _ => Err(PlanError::new(
+            "mixing aggregate and non-aggregate queries is not supported",
+        )),
+    }
+}
+
+/// One aggregate call over a field.
+fn aggregate_call(name: &str, args: &[Expr], cols: &Columns) -> Result<DfExpr, PlanError> {
+    use datafusion::functions_aggregate::expr_fn as agg;
+    if is_transformation(name)
+        || matches!(
+            name,
+            "mode" | "top" | "bottom" | "sample" | "integral" | "distinct"
+        )
+    {
+        return Err(PlanError::new(format!("{name}() is not supported yet")));
+    }
+    let (field, rest) = match args {
+        [Expr::Call {
+            name: inner,
+            args: inner_args,
+        }, rest @ ..]
+            if inner == "distinct" && name == "count" =>
+        {
+            let [field] = inner_args.as_slice() else {
+                return Err(PlanError::new("distinct() takes one field"));
+            };
+            let value = field_value(field, cols)?;
+            let _ = rest;
+            return Ok(nullif(agg::count_distinct(value), lit(0i64)));
+        }
+        [field, rest @ ..] => (field_value(field, cols)?, rest),
+        [] => {
+            return Err(PlanError::new(format!(
+                "invalid number of arguments for {name}, expected at least 1, got 0"
+            )))
+        }
+    };
+    let expect_args = |n: usize| {
+        if rest.len() + 1 == n {
+            Ok(())
+        } else {
+            Err(PlanError::new(format!(
+                "invalid number of arguments for {name}, expected {n}, got {}",
+                rest.len() + 1
+            )))
+        }
+    };
+    let float = |e: DfExpr| cast(e, DataType::Float64);
+    let set = field.clone().is_not_null();
+    Ok(match name {
+        // a count of no points is a missing value, which fill() turns into 0 (or not)
+        "count" => {
+            expect_args(1)?;
+            nullif(agg::count(field), lit(0i64))
+        }
+        "sum" => {
+            expect_args(1)?;
+            agg::sum(field)
+        }
+        "mean" => {
+            expect_args(1)?;
+            agg::avg(float(field))
+        }
+        "median" => {
+            expect_args(1)?;
+            agg::median(float(field))
+        }
+        "stddev" => {
+            expect_args(1)?;
+            agg::stddev(float(field))
+        }
+        "spread" => {
+            expect_args(1)?;
+            agg::max(field.clone()) - agg::min(field)
+        }
+        "min" => {
+            expect_args(1)?;
+            agg::min(field)
+        }
+        "max" => {
+            expect_args(1)?;
+            agg::max(field)
+        }
+        "first" | "last" => {
+            expect_args(1)?;
+            let ascending = name == "first";
+            datafusion::functions_aggregate::first_last::first_value_udaf()
+                .call(vec![field])
+                .order_by(vec![ident("time").sort(ascending, false)])
+                .filter(set)
+                .build()?
+        }
+        "percentile" => {
+            expect_args(2)?;
+            let n = percentile_rank(&rest[0])?;
+            nearest_rank(field.clone(), vec![field.sort(true, false)], set, n)?
+        }
+        other => return Err(PlanError::new(format!("undefined function {other}()"))),
+    })
+}
+
+/// The field an aggregate's argument names (with its `::type` cast), refusing anything else.
+fn field_value(arg: &Expr, cols: &Columns) -> Result<DfExpr, PlanError> {
+    match arg {
+        Expr::VarRef { name, data_type } => match cols.resolve(name, *data_type) {
+            Resolved::Field(..) | Resolved::Missing => expr::scalar(arg, cols),
+            Resolved::Tag(_) | Resolved::Time => Err(PlanError::new(format!(
+                "expected field argument in aggregate, got tag or time {name}"
+            ))),
+        },
+        other => Err(PlanError::new(format!(
+            "expected field argument in aggregate, got {other}"
+        ))),
+    }
+}
+
+/// The parts as one plan; each output column cast to one type across the parts (a field
+/// that is a float in one measurement and missing in another is a float column).
+fn union(
+    parts: Vec<LogicalPlan>,
+    columns: &[OutputColumn],
+) -> Result<Option<LogicalPlan>, PlanError> {
+    if parts.len() <= 1 {
+        return Ok(parts.into_iter().next());
+    }
+    let types: Vec<DataType> = columns
+        .iter()
+        .map(|c| {
+            let seen: BTreeSet<String> = parts
+                .iter()
+                .filter_map(|p| p.schema().field_with_unqualified_name(&c.name).ok())
+                .map(|f| f.data_type().to_string())
+                .collect();
+            let all: Vec<DataType> = parts
+                .iter()
+                .filter_map(|p| p.schema().field_with_unqualified_name(&c.name).ok())
+                .map(|f| f.data_type().clone())
+                .filter(|t| *t != DataType::Null)
+                .collect();
+            let _ = seen;
+            common_type(&all)
+        })
+        .collect();
+    let mut unified = Vec::new();
+    for part in parts {
+        let schema = part.schema().clone();
+        let projection: Vec<DfExpr> = schema
+            .iter()
+            .map(|(qualifier, field)| {
+                let column = DfExpr::Column(datafusion::common::Column::from((qualifier, field)));
+                match columns.iter().position(|c| &c.name == field.name()) {
+                    Some(i) if field.data_type() != &types[i] => {
+                        cast(column, types[i].clone()).alias(field.name())
+                    }
+                    _ => column,
+                }
+            })
+            .collect();
+        unified.push(
+            LogicalPlanBuilder::from(part)
+                .project(projection)?
+                .build()?,
+        );
+    }
+    let mut parts = unified.into_iter();
+    let first = parts.next().expect("more than one part");
+    let mut builder = LogicalPlanBuilder::from(first);
+    for part in parts {
+        builder = builder.union(part)?;
+    }
+    Ok(Some(builder.build()?))
+}
+
+/// One type for a column holding `types` in different parts.
+fn common_type(types: &[DataType]) -> DataType {
+    match types.first() {
+        None => DataType::Null,
+        Some(first) if types.iter().all(|t| t == first) => first.clone(),
+        Some(_) if types.iter().all(DataType::is_numeric) => DataType::Float64,
+        Some(_) => DataType::Utf8,
+    }
+}
+
+/// The answer of a statement whose measurements or fields do not exist: no rows.
+fn empty(grouping: &Grouping) -> Result<LogicalPlan, PlanError> {
+    let mut projection = vec![
+        lit("").alias(MEASUREMENT_COLUMN),
+        cast(
+            lit(0i64),
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+        )
+        .alias("time"),
+    ];
+    for tag in &grouping.tags {
+        projection.push(lit("").alias_with_metadata(tag.clone(), tag_role()));
+    }
+    Ok(LogicalPlanBuilder::empty(false)
+        .project(projection)?
+        .build()?)
+}
+
+/// Sorted by series, then time (descending with `ORDER BY time DESC`); `LIMIT`/`OFFSET`
+/// counted per series, `SLIMIT`/`SOFFSET` in series.
+fn order_and_limit(
+    plan: LogicalPlan,
+    select: &SelectStatement,
+    tags: &[String],
+) -> Result<LogicalPlan, PlanError> {
+    use datafusion::functions_window::expr_fn::{dense_rank, row_number};
+    let series: Vec<DfExpr> = std::iter::once(ident(MEASUREMENT_COLUMN))
+        .chain(tags.iter().map(|t| ident(t.as_str())))
+        .collect();
+    let ascending = !select.order_desc;
+    let mut order: Vec<SortExpr> = series.iter().map(|e| e.clone().sort(true, false)).collect();
+    order.push(ident("time").sort(ascending, false));
+    let output: Vec<DfExpr> = plan
+        .schema()
+        .iter()
+        .map(|(q, f)| DfExpr::Column(datafusion::common::Column::from((q, f))))
+        .collect();
+    let mut builder = LogicalPlanBuilder::from(plan);
+    let mut filters = Vec::new();
+    if select.limit.is_some() || select.offset.is_some() {
+        let rank = row_number()
+            .partition_by(series.clone())
+            .order_by(vec![ident("time").sort(ascending, false)])
+            .build()?
+            .alias("__row");
+        builder = builder.window(vec![rank])?;
+        let offset = select.offset.unwrap_or(0);
+        filters.push(ident("__row").gt(lit(offset)));
+        if let Some(limit) = select.limit {
+            filters.push(ident("__row").lt_eq(lit(offset.saturating_add(limit))));
+        }
+    }
+    if select.slimit.is_some() || select.soffset.is_some() {
+        let rank = dense_rank()
+            .order_by(series.iter().map(|e| e.clone().sort(true, false)).collect())
+            .build()?
+            .alias("__series");
+        builder = builder.window(vec![rank])?;
+        let offset = select.soffset.unwrap_or(0);
+        filters.push(ident("__series").gt(lit(offset)));
+        if let Some(limit) = select.slimit {
+            filters.push(ident("__series").lt_eq(lit(offset.saturating_add(limit))));
+        }
+    }
+    if let Some(filter) = filters.into_iter().reduce(DfExpr::and) {
+        builder = builder.filter(filter)?.project(output)?;
+    }
+    Ok(builder.sort(order)?.build()?)
+}
