@@ -219,6 +219,25 @@ def test_every_protocol_serves_tls_with_tokens(start_tls) -> None:
     client.close()
 
 
+def test_influxdb3_client_queries_over_tls_on_the_https_port(start_tls) -> None:
+    """The HTTP port offers `h2` as well as `http/1.1` over TLS: gRPC (the InfluxDB 3
+    clients' Flight queries) and HTTP/1.1 share it."""
+    from influxdb_client_3 import InfluxDBClient3, flight_client_options
+
+    server = start_tls()
+    write(server, "cpu,host=a usage=1.5 1\ncpu,host=b usage=2.5 2\n")
+    root = server.ca_file.read_text()
+    with InfluxDBClient3(host=server.https, token=server.admin, database=DB,
+                         flight_client_options=flight_client_options(tls_root_certs=root),
+                         verify_ssl=str(server.ca_file)) as client:
+        table = client.query("SELECT host, usage FROM cpu ORDER BY host", language="sql")
+        assert table.column("usage").to_pylist() == [1.5, 2.5]
+        table = client.query("SELECT max(usage) FROM cpu", language="influxql")
+        assert table.column("max").to_pylist() == [2.5]
+    # and HTTP/1.1 still works beside it
+    assert rows_over_https(server, "SELECT count(*) AS n FROM cpu") == [{"n": 2}]
+
+
 def test_untrusted_or_misnamed_certificates_are_refused(start_tls, tmp_path: Path) -> None:
     server = start_tls()
     write(server, "cpu,host=a usage=1 1\n")

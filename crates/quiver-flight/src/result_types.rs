@@ -23,35 +23,62 @@ pub(crate) enum ResultTypes {
     /// the next wider signed integer and `UInt64` as `Decimal128(20, 0)` (the driver reads
     /// unsigned values as signed: 2^64 - 1 would arrive as -1).
     Portable,
+    /// What InfluxDB 3 sends its client libraries (whose Go client refuses dictionaries):
+    /// dictionary-encoded columns as plain columns of their values, everything else as it is.
+    Hydrated,
 }
 
 impl ResultTypes {
-    /// The header that chooses explicitly: `native` or `portable`.
+    /// The header that chooses explicitly: `native`, `portable` or `hydrated`.
     const HEADER: &'static str = "quiver-result-types";
 
     /// What the caller of a request with `metadata` gets: the `quiver-result-types` header's
     /// choice, or else `Portable` for Arrow Java's Flight client (user agent `grpc-java…`,
     /// which the JDBC driver uses) and `Native` for everyone else.
     pub(crate) fn of(metadata: &MetadataMap) -> Result<Self, Status> {
-        if let Some(choice) = metadata.get(Self::HEADER) {
-            return match choice.to_str().map(str::trim) {
-                Ok(v) if v.eq_ignore_ascii_case("native") => Ok(ResultTypes::Native),
-                Ok(v) if v.eq_ignore_ascii_case("portable") => Ok(ResultTypes::Portable),
-                _ => Err(Status::invalid_argument(format!(
-                    "{}: expected `native` or `portable`",
-                    Self::HEADER
-                ))),
-            };
+        Ok(Self::chosen(metadata)?.unwrap_or_else(|| Self::by_agent(metadata)))
+    }
+
+    /// What a caller of InfluxDB 3's JSON tickets gets: the header's choice, or else
+    /// `Portable` for Java (see [`ResultTypes::of`]) and `Hydrated` for the others, as
+    /// InfluxDB 3 answers them.
+    pub(crate) fn of_influxdb3_client(metadata: &MetadataMap) -> Result<Self, Status> {
+        Ok(match Self::chosen(metadata)? {
+            Some(chosen) => chosen,
+            None => match Self::by_agent(metadata) {
+                ResultTypes::Native => ResultTypes::Hydrated,
+                other => other,
+            },
+        })
+    }
+
+    /// The `quiver-result-types` header's choice, if it makes one.
+    fn chosen(metadata: &MetadataMap) -> Result<Option<Self>, Status> {
+        let Some(choice) = metadata.get(Self::HEADER) else {
+            return Ok(None);
+        };
+        match choice.to_str().map(str::trim) {
+            Ok(v) if v.eq_ignore_ascii_case("native") => Ok(Some(ResultTypes::Native)),
+            Ok(v) if v.eq_ignore_ascii_case("portable") => Ok(Some(ResultTypes::Portable)),
+            Ok(v) if v.eq_ignore_ascii_case("hydrated") => Ok(Some(ResultTypes::Hydrated)),
+            _ => Err(Status::invalid_argument(format!(
+                "{}: expected `native`, `portable` or `hydrated`",
+                Self::HEADER
+            ))),
         }
+    }
+
+    /// `Portable` for Arrow Java's Flight client, `Native` for everyone else.
+    fn by_agent(metadata: &MetadataMap) -> Self {
         let java = metadata
             .get("user-agent")
             .and_then(|agent| agent.to_str().ok())
             .is_some_and(|agent| agent.starts_with("grpc-java"));
-        Ok(if java {
+        if java {
             ResultTypes::Portable
         } else {
             ResultTypes::Native
-        })
+        }
     }
 
     /// The type this caller receives a column of `data_type` as.
@@ -64,6 +91,8 @@ impl ResultTypes {
             (ResultTypes::Portable, DataType::UInt32) => DataType::Int64,
             (ResultTypes::Portable, DataType::UInt64) => DataType::Decimal128(20, 0),
             (ResultTypes::Portable, other) => other.clone(),
+            (ResultTypes::Hydrated, DataType::Dictionary(_, value)) => self.data_type(value),
+            (ResultTypes::Hydrated, other) => other.clone(),
         }
     }
 

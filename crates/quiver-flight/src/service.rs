@@ -71,7 +71,7 @@ impl QuiverFlightService {
         let ticket: JsonTicket = serde_json::from_slice(&request.get_ref().ticket)
             .map_err(|e| Status::invalid_argument(format!("invalid JSON ticket: {e}")))?;
         let params = QueryParams::from_json(ticket.params).map_err(Status::invalid_argument)?;
-        let types = ResultTypes::of(request.metadata())?;
+        let types = ResultTypes::of_influxdb3_client(request.metadata())?;
         let statement = QueryRequest {
             database: ticket.database,
             sql: ticket.sql_query,
