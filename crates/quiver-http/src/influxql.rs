@@ -134,7 +134,8 @@ pub async fn query_v1(
             continue;
         }
         let chunked = matches!(statement, Statement::Select(_));
-        match run_statement(&app, &caller, &control, &request.db, statement).await {
+        let how = (&control, crate::query::asks_no_cache(&headers));
+        match run_statement(&app, &caller, how, &request.db, statement).await {
             Ok((verdict, rows)) => {
                 verdicts.push(verdict.as_str());
                 results.push(StatementResult {
@@ -212,13 +213,13 @@ fn v1_error(request: &V1Request, message: &str) -> Response {
 async fn run_statement(
     app: &AppState,
     caller: &Caller,
-    control: &QueryControl,
+    (control, no_cache): (&QueryControl, bool),
     database: &str,
     statement: Statement,
 ) -> Result<(Verdict, Rows), String> {
     let how = Run {
         scope: caller.scope(),
-        no_cache: false,
+        no_cache,
         control,
     };
     let answer = app

@@ -412,7 +412,7 @@ async fn encode_off_the_workers(
 }
 
 /// True if `Cache-Control` says `no-cache` or `no-store`.
-fn asks_no_cache(headers: &HeaderMap) -> bool {
+pub(crate) fn asks_no_cache(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::CACHE_CONTROL)
         .iter()

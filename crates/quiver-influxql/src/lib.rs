@@ -13,6 +13,7 @@
 pub mod ast;
 mod lexer;
 pub mod parser;
+#[cfg(feature = "planner")]
 pub mod plan;
 
 pub use parser::{parse, ParseError, ParseLimits};
