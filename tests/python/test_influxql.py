@@ -176,6 +176,20 @@ HAND_WRITTEN = [
     "SELECT count(usage) FROM cpu WHERE time >= 1600000200s AND time < 1600000400s GROUP BY time(1m)",
     "SELECT mean(usage) FROM cpu GROUP BY time(1m) fill(none)",
     "SELECT mean(usage) FROM cpu WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m), region fill(linear)",
+    "SELECT derivative(usage, 1s) FROM cpu",
+    "SELECT derivative(usage) FROM cpu GROUP BY host",
+    "SELECT non_negative_derivative(usage, 1m) FROM cpu",
+    "SELECT difference(usage) FROM cpu",
+    "SELECT non_negative_difference(usage) FROM cpu GROUP BY host",
+    "SELECT cumulative_sum(usage) FROM cpu",
+    "SELECT moving_average(usage, 2) FROM cpu",
+    "SELECT elapsed(usage) FROM cpu",
+    "SELECT elapsed(usage, 1s) FROM cpu GROUP BY host",
+    "SELECT derivative(mean(usage), 1s) FROM cpu WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",
+    "SELECT non_negative_derivative(max(usage)) FROM cpu WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m), host",
+    "SELECT cumulative_sum(sum(usage)) FROM cpu WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",
+    "SELECT moving_average(mean(usage), 2) FROM cpu WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m) fill(0)",
+    "SELECT derivative(usage, 1s), difference(usage) FROM cpu",
     "SHOW MEASUREMENTS",
     "SHOW MEASUREMENTS WITH MEASUREMENT =~ /c.*/",
     "SHOW MEASUREMENTS WITH MEASUREMENT = cpu",
@@ -221,7 +235,21 @@ def generated() -> list[str]:
     raw += [f"SELECT * FROM sensor WHERE {RANGE} GROUP BY host LIMIT 5 OFFSET 3",
             f"SELECT temp FROM sensor WHERE {RANGE} GROUP BY region SLIMIT 1 SOFFSET 1",
             f"SELECT * FROM sensor WHERE {RANGE} ORDER BY time DESC LIMIT 7"]
-    return rng.sample(combos, 260) + raw
+    transforms = []
+    for transform, group, fill, cond in itertools.product(
+            ["derivative(mean(load), 1m)", "non_negative_derivative(max(temp), 10s)",
+             "difference(count(load))", "cumulative_sum(sum(temp))",
+             "moving_average(mean(load), 3)", "non_negative_difference(last(temp))"],
+            ["GROUP BY time(10m)", "GROUP BY time(7m), host"],
+            ["", "fill(none)", "fill(0)", "fill(previous)"],
+            ["", "host != 'h2'"]):
+        where = f"WHERE {RANGE}" + (f" AND ({cond})" if cond else "")
+        transforms.append(f"SELECT {transform} FROM sensor {where} {group} {fill}".strip())
+    raw += [f"SELECT {t}(load{', 30s' if t.endswith('derivative') else ''}) FROM sensor "
+            f"WHERE {RANGE} GROUP BY host"
+            for t in ["derivative", "non_negative_derivative", "difference", "cumulative_sum",
+                      "elapsed"]]
+    return rng.sample(combos, 260) + rng.sample(transforms, 40) + raw
 
 
 @pytest.mark.parametrize("q", HAND_WRITTEN + generated())
@@ -314,9 +342,8 @@ def test_statement_errors_keep_their_own_message(both) -> None:
 @pytest.mark.parametrize("q", [
     "SELECT top(usage, 2) FROM cpu", "SELECT bottom(usage, 1) FROM cpu",
     "SELECT distinct(idle) FROM cpu", "SELECT mode(idle) FROM cpu",
-    "SELECT derivative(usage, 1s) FROM cpu", "SELECT difference(usage) FROM cpu",
-    "SELECT cumulative_sum(usage) FROM cpu", "SELECT moving_average(usage, 2) FROM cpu",
-    "SELECT integral(usage) FROM cpu", "SELECT elapsed(usage) FROM cpu",
+    "SELECT integral(usage) FROM cpu", "SELECT holt_winters(mean(usage), 2, 1) FROM cpu "
+    "WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",
     "SELECT mean(usage) FROM (SELECT max(usage) AS usage FROM cpu GROUP BY time(1m), host) "
     "WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",
     "SELECT usage FROM cpu tz('Europe/Paris')",

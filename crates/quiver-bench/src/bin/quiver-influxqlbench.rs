@@ -114,7 +114,10 @@ async fn run(args: Args) {
         })
         .await;
         assert_eq!(quiver_n, sql_n, "{name}: InfluxQL and SQL rows differ");
-        assert_eq!(quiver_n, influx_n, "{name}: Quiver and InfluxDB rows differ");
+        assert_eq!(
+            quiver_n, influx_n,
+            "{name}: Quiver and InfluxDB rows differ"
+        );
         overhead.push(quiver_ms / sql_ms);
         versus.push(quiver_ms / influx_ms);
         println!(

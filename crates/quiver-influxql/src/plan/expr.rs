@@ -297,9 +297,35 @@ fn comparison(
     rhs: &Expr,
     columns: &Columns,
 ) -> Result<DfExpr, PlanError> {
+    if let Some(compared) = tag_equality(op, lhs, rhs, columns) {
+        return Ok(compared);
+    }
     // a missing field compares as NULL, which a filter takes as false
     let (l, r) = (compared(lhs, columns)?, compared(rhs, columns)?);
     Ok(binary_expr(l, comparison_operator(op), r))
+}
+
+/// `tag = 'v'` and `tag != 'v'` on the tag column itself (so that the scan's tag filters and
+/// series pruning see them), with InfluxDB's rule that a point without the tag has `''`.
+fn tag_equality(op: BinaryOp, lhs: &Expr, rhs: &Expr, columns: &Columns) -> Option<DfExpr> {
+    let (name, value) = match (lhs, rhs) {
+        (Expr::VarRef { name, data_type }, Expr::Literal(Literal::String(v)))
+        | (Expr::Literal(Literal::String(v)), Expr::VarRef { name, data_type }) => {
+            match columns.resolve(name, *data_type) {
+                Resolved::Tag(tag) => (tag, v),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    let tag = ident(name);
+    Some(match (op, value.is_empty()) {
+        (BinaryOp::Eq, false) => tag.eq(lit(value.clone())),
+        (BinaryOp::Eq, true) => tag.clone().is_null().or(tag.eq(lit(""))),
+        (BinaryOp::NotEq, false) => tag.clone().is_null().or(tag.not_eq(lit(value.clone()))),
+        (BinaryOp::NotEq, true) => tag.clone().is_not_null().and(tag.not_eq(lit(""))),
+        _ => return None,
+    })
 }
 
 fn regex_match(
@@ -316,10 +342,25 @@ fn regex_match(
             )))
         }
     };
-    bounded_regex(pattern)?;
-    let value = cast(compared(value, columns)?, DataType::Utf8);
-    let matched =
-        datafusion::functions::regex::expr_fn::regexp_like(value, lit(pattern.clone()), None);
+    let matches_empty = bounded_regex(pattern)?.is_match("");
+    let like = |value: DfExpr| {
+        datafusion::functions::regex::expr_fn::regexp_like(
+            cast(value, DataType::Utf8),
+            lit(pattern.clone()),
+            None,
+        )
+    };
+    // a tag a point lacks is `''`: it matches if the expression matches the empty string
+    let matched = match value {
+        Expr::VarRef { name, data_type } => match columns.resolve(name, *data_type) {
+            Resolved::Tag(tag) if matches_empty => {
+                ident(tag.as_str()).is_null().or(like(ident(tag.as_str())))
+            }
+            Resolved::Tag(tag) => like(ident(tag)),
+            _ => like(compared(value, columns)?),
+        },
+        other => like(compared(other, columns)?),
+    };
     Ok(match op {
         BinaryOp::EqRegex => matched,
         _ => matched.not(),

@@ -18,6 +18,7 @@ mod fill;
 mod select;
 mod show;
 mod time_range;
+mod transform;
 
 use std::sync::Arc;
 
@@ -224,3 +225,6 @@ pub(crate) fn resolve_names(
     }
     Ok(resolved)
 }
+
+#[cfg(test)]
+mod tests;

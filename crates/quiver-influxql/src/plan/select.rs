@@ -19,6 +19,7 @@ use quiver_model::schema::FieldType;
 
 use super::expr::{self, Columns, Resolved};
 use super::fill::{self, Buckets};
+use super::transform::{self, Transformation};
 
 use super::time_range::{self, TimeRange};
 use super::{PlanContext, PlanError, MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
@@ -80,8 +81,24 @@ pub(crate) fn plan_select(
     if tables.is_empty() {
         return empty(&grouping);
     }
-    let columns = output_columns(select, &all_columns, &grouping)?;
+    let mut columns = output_columns(select, &all_columns, &grouping)?;
+    let transformations = take_transformations(&mut columns, &grouping)?;
     let aggregate = columns.iter().any(|c| has_aggregate(&c.expr));
+    // a transformation of buckets starts from the buckets before the range (as in 1.x), which
+    // are read too and cut off after it
+    let (range, range_start) = match (grouping.interval, range.lower) {
+        (Some((interval, offset)), Some(lower)) if !transformations.is_empty() => {
+            let lookback = transformations.iter().map(Transformation::lookback).max();
+            let start = lower - (lower - offset).rem_euclid(interval);
+            let earlier = start.saturating_sub(interval.saturating_mul(lookback.unwrap_or(0)));
+            let extended = TimeRange {
+                lower: Some(earlier),
+                upper: range.upper,
+            };
+            (extended, Some(start))
+        }
+        _ => (range, None),
+    };
     if !aggregate && grouping.interval.is_some() {
         return Err(PlanError::new(
             "GROUP BY requires at least one aggregate function",
@@ -130,7 +147,59 @@ pub(crate) fn plan_select(
         true => fill_aggregates(plan, select, ctx, &grouping, range, &columns)?,
         false => plan,
     };
+    let plan = match transformations.is_empty() {
+        true => plan,
+        false => {
+            let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
+            let plan = transform::apply(plan, &grouping.tags, &names, &transformations)?;
+            match range_start {
+                Some(start) => LogicalPlanBuilder::from(plan)
+                    .filter(ident("time").gt_eq(timestamp(start)))?
+                    .build()?,
+                None => plan,
+            }
+        }
+    };
     order_and_limit(plan, select, &grouping.tags)
+}
+
+/// The transformations among `columns` (`derivative(mean(x), 1s)`, `difference(x)`, ...),
+/// each replaced by its argument as a hidden column; refused where InfluxDB 1.x refuses them
+/// (an aggregate argument without `GROUP BY time`, a raw one with it, a mix of both).
+fn take_transformations(
+    columns: &mut [OutputColumn],
+    grouping: &Grouping,
+) -> Result<Vec<Transformation>, PlanError> {
+    let mut found = Vec::new();
+    for (i, column) in columns.iter_mut().enumerate() {
+        let Expr::Call { name, args } = &column.expr else {
+            continue;
+        };
+        if !transform::is_transformation(name) {
+            continue;
+        }
+        let input = format!("__input_{i}");
+        let interval = grouping.interval.map(|(interval, _)| interval);
+        let (transformation, argument) =
+            Transformation::new(name, args, (input.clone(), column.name.clone()), interval)?;
+        match (has_aggregate(&argument), grouping.interval.is_some()) {
+            (true, false) => {
+                return Err(PlanError::new(format!(
+                    "{name} aggregate requires a GROUP BY interval"
+                )))
+            }
+            (false, true) => {
+                return Err(PlanError::new(format!(
+                    "aggregate function required inside the call to {name}"
+                )))
+            }
+            _ => {}
+        }
+        column.expr = argument;
+        column.name = input;
+        found.push(transformation);
+    }
+    Ok(found)
 }
 
 /// Aggregates with their missing values filled (`fill()`, null by default): with `GROUP BY
@@ -359,17 +428,12 @@ fn is_aggregate_function(name: &str) -> bool {
 }
 
 /// Functions that transform a series point by point (not supported yet).
+/// Transformations not computed yet (the others are rewritten by [`take_transformations`]
+/// before any of this sees them).
 fn is_transformation(name: &str) -> bool {
     matches!(
         name,
-        "derivative"
-            | "non_negative_derivative"
-            | "difference"
-            | "non_negative_difference"
-            | "moving_average"
-            | "cumulative_sum"
-            | "elapsed"
-            | "holt_winters"
+        "holt_winters"
             | "holt_winters_with_fit"
             | "exponential_moving_average"
             | "double_exponential_moving_average"
@@ -553,9 +617,11 @@ fn aggregate_part(
     if let Some((interval, offset)) = grouping.interval {
         group_keys.push(bucket(interval, offset).alias("__bucket"));
     }
+    // grouped by the tag columns themselves (dictionary keys, no per-row conversion); a
+    // missing tag becomes `''` on the grouped rows
     for tag in &grouping.tags {
         let value = match cols.resolve(tag, None) {
-            Resolved::Tag(tag) => expr::tag_value(&tag),
+            Resolved::Tag(tag) => ident(tag),
             _ => lit(""),
         };
         group_keys.push(value.alias(format!("__tag_{tag}")));
@@ -573,7 +639,9 @@ fn aggregate_part(
         time.alias("time"),
     ];
     for tag in &grouping.tags {
-        projection.push(ident(format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role()));
+        projection.push(
+            expr::tag_value(&format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role()),
+        );
     }
     projection.extend(values);
     let plan = builder
@@ -850,18 +918,12 @@ fn union(
     let types: Vec<DataType> = columns
         .iter()
         .map(|c| {
-            let seen: BTreeSet<String> = parts
-                .iter()
-                .filter_map(|p| p.schema().field_with_unqualified_name(&c.name).ok())
-                .map(|f| f.data_type().to_string())
-                .collect();
             let all: Vec<DataType> = parts
                 .iter()
                 .filter_map(|p| p.schema().field_with_unqualified_name(&c.name).ok())
                 .map(|f| f.data_type().clone())
                 .filter(|t| *t != DataType::Null)
                 .collect();
-            let _ = seen;
             common_type(&all)
         })
         .collect();

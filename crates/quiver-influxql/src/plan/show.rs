@@ -123,7 +123,7 @@ pub(crate) fn plan_show(
             offset,
             ..
         } => show_series(ctx, from, condition.as_ref(), *limit, *offset),
-        Statement::Select(_) => unreachable!("SELECT is planned by select.rs"),
+        Statement::Select(select) => super::select::plan_select(select, ctx),
     }
 }
 
@@ -153,10 +153,7 @@ fn page<T>(items: Vec<T>, limit: Option<u64>, offset: Option<u64>) -> Vec<T> {
 type NamedTable = (String, Arc<dyn TableSource>);
 
 /// The measurements `from` names (all when empty) and their tables.
-fn tables(
-    ctx: &PlanContext<'_>,
-    from: &[MeasurementName],
-) -> Result<Vec<NamedTable>, PlanError> {
+fn tables(ctx: &PlanContext<'_>, from: &[MeasurementName]) -> Result<Vec<NamedTable>, PlanError> {
     let all = ctx.schemas.measurements();
     let names = match from.is_empty() {
         true => all,
@@ -337,14 +334,16 @@ fn show_tag_values(
                 filter = filter.and(more);
             }
             builder = builder.filter(filter)?;
+            // distinct on the tag column itself (dictionary keys), converted afterwards
             parts.push(
                 builder
+                    .project(vec![ident(tag.as_str())])?
+                    .distinct()?
                     .project(vec![
                         lit(m.clone()).alias(MEASUREMENT_COLUMN),
                         lit(tag.clone()).alias("key"),
                         cast(ident(tag.as_str()), DataType::Utf8).alias("value"),
                     ])?
-                    .distinct()?
                     .build()?,
             );
         }
