@@ -584,10 +584,12 @@ fn aggregate_part(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let Some(any_field) = fields
+    // the points behind a row: the sum of the fields' counts, positive if any field has a
+    // value (plain counts, which DataFusion computes alongside the other aggregates)
+    let Some(points) = fields
         .iter()
-        .map(|f| ident(f.as_str()).is_not_null())
-        .reduce(DfExpr::or)
+        .map(|f| datafusion::functions_aggregate::expr_fn::count(ident(f.as_str())))
+        .reduce(|a, b| a + b)
     else {
         return Ok(None);
     };
@@ -609,10 +611,7 @@ fn aggregate_part(
         (None, Some(selector)) => aggregates.add(selector.pick(ident("time"))?),
         (None, None) => timestamp(range.lower.unwrap_or(0)),
     };
-    let points = datafusion::functions_aggregate::expr_fn::count(lit(1))
-        .filter(any_field)
-        .build()?
-        .alias(POINTS);
+    let points = points.alias(POINTS);
     let mut group_keys: Vec<DfExpr> = Vec::new();
     if let Some((interval, offset)) = grouping.interval {
         group_keys.push(bucket(interval, offset).alias("__bucket"));

@@ -329,16 +329,16 @@ fn show_tag_values(
                 continue;
             }
             let mut builder = LogicalPlanBuilder::scan(m.as_str(), Arc::clone(&table), None)?;
-            let mut filter = ident(tag.as_str()).is_not_null();
-            if let Some(more) = scan_filter(&cols, range, rest.as_ref())? {
-                filter = filter.and(more);
+            if let Some(filter) = scan_filter(&cols, range, rest.as_ref())? {
+                builder = builder.filter(filter)?;
             }
-            builder = builder.filter(filter)?;
-            // distinct on the tag column itself (dictionary keys), converted afterwards
+            // distinct on the tag column itself (dictionary keys, what `SELECT DISTINCT tag`
+            // runs as), converted afterwards
             parts.push(
                 builder
                     .project(vec![ident(tag.as_str())])?
                     .distinct()?
+                    .filter(ident(tag.as_str()).is_not_null())?
                     .project(vec![
                         lit(m.clone()).alias(MEASUREMENT_COLUMN),
                         lit(tag.clone()).alias("key"),
