@@ -38,6 +38,11 @@ require_tools() {
             echo "==> installing $packages ($purpose)"
             # shellcheck disable=SC2086 # the package list is meant to split
             apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >/dev/null
+            # a package's service (influxd on :8086, Quiver's default port; prometheus) starts
+            # where policy allows: the tests run their own, so stop the ones just installed
+            for package in $packages; do
+                [[ -x "/etc/init.d/$package" ]] && { invoke-rc.d "$package" stop >/dev/null 2>&1 || true; }
+            done
             return
         fi
         echo "$* are required for $purpose: install them (e.g. apt-get install $packages)" >&2
