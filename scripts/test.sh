@@ -41,9 +41,11 @@ require_tools() {
             # a package's service (influxd on :8086, Quiver's default port; prometheus) starts
             # where policy allows: the tests run their own, so stop the ones just installed
             for package in $packages; do
-                [[ -x "/etc/init.d/$package" ]] && { invoke-rc.d "$package" stop >/dev/null 2>&1 || true; }
+                if [[ -x "/etc/init.d/$package" ]]; then
+                    invoke-rc.d "$package" stop >/dev/null 2>&1 || true
+                fi
             done
-            return
+            return 0
         fi
         echo "$* are required for $purpose: install them (e.g. apt-get install $packages)" >&2
         exit 1
