@@ -62,17 +62,7 @@ pub async fn query_get(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let request = QueryBody {
-        db: params.get("db").cloned(),
-        q: params.get("q").cloned(),
-        format: params.get("format").cloned(),
-        params: params
-            .get("params")
-            .map(|p| params_from_text(p))
-            .transpose()?,
-        timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
-        use_rollups: params.get("use_rollups").map(|t| Value::String(t.clone())),
-    };
+    let request = body_from_params(&params)?;
     run(app, &caller, request, &headers, Language::Sql).await
 }
 
@@ -84,8 +74,34 @@ pub async fn query_post(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = super::body::read_body(&headers, body, app.limits.max_request_bytes).await?;
-    let mut request: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
+    let request = read_query_body(&app, &params, &headers, body).await?;
+    run(app, &caller, request, &headers, Language::Sql).await
+}
+
+/// A query's parameters from the query string.
+fn body_from_params(params: &HashMap<String, String>) -> Result<QueryBody, ApiError> {
+    Ok(QueryBody {
+        db: params.get("db").cloned(),
+        q: params.get("q").cloned(),
+        format: params.get("format").cloned(),
+        params: params
+            .get("params")
+            .map(|p| params_from_text(p))
+            .transpose()?,
+        timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
+        use_rollups: params.get("use_rollups").map(|t| Value::String(t.clone())),
+    })
+}
+
+/// A query's JSON body, each parameter it lacks taken from the query string.
+async fn read_query_body(
+    app: &AppState,
+    params: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<QueryBody, ApiError> {
+    let bytes = super::body::read_body(headers, body, app.limits.max_request_bytes).await?;
+    let request: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
         QueryBody::default()
     } else {
         serde_json::from_slice(&bytes).map_err(|e| {
@@ -94,22 +110,15 @@ pub async fn query_post(
             ))
         })?
     };
-    request.db = request.db.or_else(|| params.get("db").cloned());
-    request.q = request.q.or_else(|| params.get("q").cloned());
-    request.format = request.format.or_else(|| params.get("format").cloned());
-    request.timeout_secs = request
-        .timeout_secs
-        .or_else(|| params.get("timeout_secs").map(|t| Value::String(t.clone())));
-    request.use_rollups = request
-        .use_rollups
-        .or_else(|| params.get("use_rollups").map(|t| Value::String(t.clone())));
-    if request.params.is_none() {
-        request.params = params
-            .get("params")
-            .map(|p| params_from_text(p))
-            .transpose()?;
-    }
-    run(app, &caller, request, &headers, Language::Sql).await
+    let from_query = body_from_params(params)?;
+    Ok(QueryBody {
+        db: request.db.or(from_query.db),
+        q: request.q.or(from_query.q),
+        format: request.format.or(from_query.format),
+        params: request.params.or(from_query.params),
+        timeout_secs: request.timeout_secs.or(from_query.timeout_secs),
+        use_rollups: request.use_rollups.or(from_query.use_rollups),
+    })
 }
 
 /// The language of a query endpoint's statements.
@@ -129,12 +138,7 @@ pub async fn query_influxql_get(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let request = QueryBody {
-        db: params.get("db").cloned(),
-        q: params.get("q").cloned(),
-        format: params.get("format").cloned(),
-        ..QueryBody::default()
-    };
+    let request = body_from_params(&params)?;
     run(app, &caller, request, &headers, Language::Influxql).await
 }
 
@@ -146,19 +150,7 @@ pub async fn query_influxql_post(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = super::body::read_body(&headers, body, app.limits.max_request_bytes).await?;
-    let mut request: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
-        QueryBody::default()
-    } else {
-        serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request(format!(
-                "request body must be JSON like {{\"db\": \"...\", \"q\": \"...\"}}: {e}"
-            ))
-        })?
-    };
-    request.db = request.db.or_else(|| params.get("db").cloned());
-    request.q = request.q.or_else(|| params.get("q").cloned());
-    request.format = request.format.or_else(|| params.get("format").cloned());
+    let request = read_query_body(&app, &params, &headers, body).await?;
     run(app, &caller, request, &headers, Language::Influxql).await
 }
 
@@ -202,6 +194,11 @@ async fn run(
     let answer = match language {
         Language::Sql => app.queries.query(&query).await?,
         Language::Influxql => {
+            if query.params != QueryParams::None {
+                return Err(ApiError::bad_request(
+                    "InfluxQL statements take no \"params\" (bound parameters are SQL's)",
+                ));
+            }
             let statement = crate::influxql::single_statement(&app, &query.sql)?;
             let how = Run {
                 scope: &query.scope,
