@@ -329,10 +329,9 @@ def test_statement_errors_keep_their_own_message(both) -> None:
     assert second == {"statement_id": 1,
                       "error": "mixing aggregate and non-aggregate queries is not supported"}
     assert third == {"statement_id": 2, "error": "not executed"}
-    status, body = requests.get(f"{quiver}/query", params={"q": "SELECT * FROM cpu"},
-                                timeout=30).status_code, None
-    assert status == 200
-    body = requests.get(f"{quiver}/query", params={"q": "SELECT * FROM cpu"}, timeout=30).json()
+    response = requests.get(f"{quiver}/query", params={"q": "SELECT * FROM cpu"}, timeout=30)
+    assert response.status_code == 200
+    body = response.json()
     assert body == {"results": [{"statement_id": 0, "error": "database name required"}]}
     body = requests.get(f"{quiver}/query", params={"db": "nosuchdb", "q": "SELECT * FROM cpu"},
                         timeout=30).json()

@@ -35,6 +35,10 @@ use crate::error::ApiError;
 use crate::query::CACHE_HEADER;
 use crate::AppState;
 
+/// Most Arrow bytes of one statement's answer `/query` holds while it builds 1.x's series
+/// (they are grouped and encoded whole); past it the statement answers an error.
+const MAX_STATEMENT_ANSWER_BYTES: usize = 256 << 20;
+
 /// `chunk_size` when a chunked request names none (1.x's default).
 const DEFAULT_CHUNK_SIZE: usize = 10_000;
 
@@ -232,14 +236,27 @@ async fn run_statement(
             cached.result().schema().clone(),
             cached.result().batches().to_vec(),
         ),
-        AnswerBody::Streamed(output) => {
-            let schema = output.schema.clone();
-            let batches: Vec<RecordBatch> = output
+        AnswerBody::Streamed(mut output) => {
+            let mut batches: Vec<RecordBatch> = Vec::new();
+            let mut bytes = 0;
+            while let Some(batch) = output
                 .stream
-                .try_collect()
+                .try_next()
                 .await
-                .map_err(|e| statement_error(Arc::new(quiver_query::QueryError::from(e))))?;
-            (schema, batches)
+                .map_err(|e| statement_error(Arc::new(quiver_query::QueryError::from(e))))?
+            {
+                bytes += batch.get_array_memory_size();
+                if bytes > MAX_STATEMENT_ANSWER_BYTES {
+                    return Err(format!(
+                        "the answer is larger than {} MiB, the most /query holds for one \
+                         statement: narrow the time range, add LIMIT, or use \
+                         /api/v3/query_influxql, which streams",
+                        MAX_STATEMENT_ANSWER_BYTES >> 20
+                    ));
+                }
+                batches.push(batch);
+            }
+            (output.schema, batches)
         }
     };
     Ok((
