@@ -30,6 +30,7 @@ use crate::error::QueryError;
 use crate::filter_order::FilterOrderRule;
 use crate::first_rows::FirstRowsRule;
 use crate::float_compare::FloatCompareRule;
+use crate::gap_fill::{self, GapFillRule, QuiverQueryPlanner};
 use crate::governance::value_limits;
 use crate::governance::{Governor, Placement, QueryControl};
 use crate::latest::LatestRowsRule;
@@ -176,6 +177,8 @@ impl QueryEngine {
         for (name, function) in ValueCacheFunction::both(&self.store, database) {
             ctx.register_udtf(name, function);
         }
+        gap_fill::register_functions(&ctx);
+        ctx.add_analyzer_rule(Arc::new(GapFillRule));
         ctx.add_analyzer_rule(Arc::new(RollupRouteRule {
             rollups: self.rollups.clone(),
         }));
@@ -573,6 +576,7 @@ pub(crate) fn state_builder(
         .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
         .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
         .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
+        .with_query_planner(Arc::new(QuiverQueryPlanner))
 }
 
 /// `plan` with the router's decisions added to an `EXPLAIN`'s final logical plan.

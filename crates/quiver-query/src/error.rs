@@ -93,6 +93,13 @@ impl From<DataFusionError> for QueryError {
     /// memory is [`QueryError::ResourcesExhausted`]; the rest (parse, plan, schema, type and
     /// arithmetic errors) is the statement's ([`QueryError::Invalid`]).
     fn from(e: DataFusionError) -> Self {
+        // a statement the gap-filling rule refuses: the refusal is the whole story
+        let e = match e {
+            DataFusionError::Context(rule, refusal) if rule == crate::gap_fill::RULE_NAME => {
+                *refusal
+            }
+            e => e,
+        };
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
         let mut resources = false;
         while let Some(error) = cause {

@@ -15,6 +15,7 @@ mod error;
 mod filter_order;
 mod first_rows;
 mod float_compare;
+mod gap_fill;
 pub mod governance;
 mod influxql;
 mod latest;

@@ -78,10 +78,21 @@ fn collect_bounds(expr: &Expr, bounds: &mut TimeBounds) {
 /// `time <op> <timestamp literal>` with `time` on either side, as the operator seen from
 /// `time` and the literal in nanoseconds.
 fn time_comparison(left: &Expr, op: Operator, right: &Expr) -> Option<(Operator, i64)> {
+    let (op, other) = compared_with_time(left, op, right)?;
+    Some((op, timestamp_ns(other)?))
+}
+
+/// `time <op> <expr>` with `time` on either side: the operator seen from `time`, and the
+/// other side.
+pub(crate) fn compared_with_time<'a>(
+    left: &'a Expr,
+    op: Operator,
+    right: &'a Expr,
+) -> Option<(Operator, &'a Expr)> {
     if is_time_column(left) {
-        Some((op, timestamp_ns(right)?))
+        Some((op, right))
     } else if is_time_column(right) {
-        Some((op.swap()?, timestamp_ns(left)?))
+        Some((op.swap()?, left))
     } else {
         None
     }

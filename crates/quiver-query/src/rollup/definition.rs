@@ -242,7 +242,7 @@ const NOT_MERGEABLE: &[&str] = &[
 ];
 
 /// A `date_bin(width, time[, origin])` bucket: width and origin in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Hash)]
 pub(crate) struct TimeBucket {
     pub(crate) width: i64,
     pub(crate) origin: i64,
@@ -253,10 +253,16 @@ impl TimeBucket {
     /// width and origin; `Err` with the reason if it is `date_bin` of something else;
     /// `Ok(None)` if it is not `date_bin` at all.
     pub(crate) fn read(expr: &Expr) -> Result<Option<Self>, String> {
+        Self::read_call(expr, "date_bin")
+    }
+
+    /// Like [`TimeBucket::read`], for a call of `function`, which takes `date_bin`'s
+    /// arguments.
+    pub(crate) fn read_call(expr: &Expr, function: &str) -> Result<Option<Self>, String> {
         let Expr::ScalarFunction(ScalarFunction { func, args }) = expr else {
             return Ok(None);
         };
-        if func.name() != "date_bin" {
+        if func.name() != function {
             return Ok(None);
         }
         let (width, source, origin) = match args.as_slice() {
@@ -264,7 +270,7 @@ impl TimeBucket {
             [width, source, origin] => (width, source, Some(origin)),
             _ => {
                 return Err(format!(
-                    "{expr}: date_bin takes a width, time and an origin"
+                    "{expr}: {function} takes a width, time and an origin"
                 ))
             }
         };
