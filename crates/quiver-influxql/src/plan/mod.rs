@@ -15,6 +15,7 @@
 
 mod expr;
 mod fill;
+mod mode;
 mod select;
 mod show;
 mod time_range;

@@ -84,6 +84,11 @@ pub(crate) fn plan_select(
     let mut columns = output_columns(select, &all_columns, &grouping)?;
     let transformations = take_transformations(&mut columns, &grouping)?;
     let aggregate = columns.iter().any(|c| has_aggregate(&c.expr));
+    let ranked = Ranked::find(&columns, select)?;
+    if let Some(ranked) = &ranked {
+        ranked.add_tag_columns(&mut columns);
+    }
+    let distinct = distinct_column(&columns)?;
     // a transformation of buckets starts from the buckets before the range (as in 1.x), which
     // are read too and cut off after it
     let (range, range_start) = match (grouping.interval, range.lower) {
@@ -115,7 +120,27 @@ pub(crate) fn plan_select(
     }
     let mut parts = Vec::new();
     for ((measurement, table), cols) in tables.iter().zip(&all_columns) {
-        let part = if aggregate {
+        let part = if let Some(ranked) = &ranked {
+            ranked.part(
+                measurement,
+                table,
+                cols,
+                &columns,
+                &grouping,
+                range,
+                rest.as_ref(),
+            )?
+        } else if let Some(distinct) = distinct {
+            distinct_part(
+                measurement,
+                table,
+                cols,
+                distinct,
+                &grouping,
+                range,
+                rest.as_ref(),
+            )?
+        } else if aggregate {
             aggregate_part(
                 measurement,
                 table,
@@ -143,7 +168,8 @@ pub(crate) fn plan_select(
     let Some(plan) = union(parts, &columns)? else {
         return empty(&grouping);
     };
-    let plan = match aggregate {
+    // distinct(), top() and bottom() answer the values there are: nothing to fill
+    let plan = match aggregate && distinct.is_none() && ranked.is_none() {
         true => fill_aggregates(plan, select, ctx, &grouping, range, &columns)?,
         false => plan,
     };
@@ -160,7 +186,264 @@ pub(crate) fn plan_select(
             }
         }
     };
-    order_and_limit(plan, select, &grouping.tags)
+    let tiebreak = distinct.map(|_| FIRST_SEEN);
+    order_and_limit(plan, select, &grouping.tags, tiebreak)
+}
+
+/// `top(field, [tag, ...,] n)` / `bottom(...)`: the `n` points of a bucket with the largest
+/// (smallest) values, earlier points first among equal values, each with its own time and
+/// the other columns selected beside it; with tags, first the best point of each
+/// combination of their values, then the best `n` of those.
+struct Ranked {
+    /// Which output column it is.
+    column: usize,
+    field: Expr,
+    tags: Vec<String>,
+    n: i64,
+    largest: bool,
+}
+
+impl Ranked {
+    /// The statement's `top()` / `bottom()`, if it has one; refused where 1.x refuses it.
+    fn find(
+        columns: &[OutputColumn],
+        select: &SelectStatement,
+    ) -> Result<Option<Ranked>, PlanError> {
+        let Some((column, name, args)) =
+            columns.iter().enumerate().find_map(|(i, c)| match &c.expr {
+                Expr::Call { name, args } if name == "top" || name == "bottom" => {
+                    Some((i, name, args))
+                }
+                _ => None,
+            })
+        else {
+            return Ok(None);
+        };
+        if columns
+            .iter()
+            .enumerate()
+            .any(|(i, c)| i != column && !is_var_ref(&c.expr))
+        {
+            return Err(PlanError::new(format!(
+                "selector function {name}() cannot be combined with other functions"
+            )));
+        }
+        let (field, rest) = match args.as_slice() {
+            [field @ Expr::VarRef { .. }, rest @ .., _] => (field.clone(), rest),
+            _ => {
+                return Err(PlanError::new(format!(
+                    "invalid number of arguments for {name}, expected at least 2, got {}",
+                    args.len()
+                )))
+            }
+        };
+        let n = match args.last() {
+            Some(Expr::Literal(crate::ast::Literal::Integer(n))) if *n > 0 => *n,
+            Some(other) => {
+                return Err(PlanError::new(format!(
+                    "expected integer as last argument in {name}(), found {other}"
+                )))
+            }
+            None => 0,
+        };
+        let mut tags = Vec::new();
+        for arg in rest {
+            match arg {
+                Expr::VarRef { name, .. } => tags.push(name.clone()),
+                other => {
+                    return Err(PlanError::new(format!(
+                        "only fields or tags are allowed in {name}(), found {other}"
+                    )))
+                }
+            }
+        }
+        if let Some(limit) = select.limit.filter(|&limit| (limit as i128) < n as i128) {
+            return Err(PlanError::new(format!(
+                "limit ({n}) in {name} function can not be larger than the LIMIT ({limit}) in \
+                 the select statement"
+            )));
+        }
+        Ok(Some(Ranked {
+            column,
+            field,
+            tags,
+            n,
+            largest: name == "top",
+        }))
+    }
+
+    /// Shows the tags of `top(field, tag, ..., n)` right after it, as 1.x does.
+    fn add_tag_columns(&self, columns: &mut Vec<OutputColumn>) {
+        let tags = self.tags.iter().map(|tag| OutputColumn {
+            name: tag.clone(),
+            expr: Expr::VarRef {
+                name: tag.clone(),
+                data_type: None,
+            },
+        });
+        columns.splice(self.column + 1..self.column + 1, tags);
+        dedupe_names(columns);
+    }
+
+    /// One measurement's chosen points; `None` if the field is not one of its fields.
+    #[allow(clippy::too_many_arguments)]
+    fn part(
+        &self,
+        measurement: &str,
+        table: &Arc<dyn TableSource>,
+        cols: &Columns,
+        columns: &[OutputColumn],
+        grouping: &Grouping,
+        range: TimeRange,
+        rest: Option<&Expr>,
+    ) -> Result<Option<LogicalPlan>, PlanError> {
+        use datafusion::functions_window::expr_fn::row_number;
+        if field_names(&self.field, cols).is_empty() {
+            return Ok(None);
+        }
+        let value = field_value(&self.field, cols)?;
+        let order = vec![
+            value.clone().sort(!self.largest, false),
+            ident("time").sort(true, false),
+        ];
+        let mut partition: Vec<DfExpr> = grouping
+            .interval
+            .map(|(interval, offset)| bucket(interval, offset))
+            .into_iter()
+            .collect();
+        for tag in &grouping.tags {
+            partition.push(match cols.resolve(tag, None) {
+                Resolved::Tag(tag) => ident(tag),
+                _ => lit(""),
+            });
+        }
+        let mut builder =
+            scan(measurement, table, cols, range, rest)?.filter(value.clone().is_not_null())?;
+        if !self.tags.is_empty() {
+            // the best point of each combination of the tags' values first
+            let mut by_tags = partition.clone();
+            by_tags.extend(
+                self.tags
+                    .iter()
+                    .map(|t| {
+                        expr::scalar(
+                            &Expr::VarRef {
+                                name: t.clone(),
+                                data_type: None,
+                            },
+                            cols,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
+            let best = row_number()
+                .partition_by(by_tags)
+                .order_by(order.clone())
+                .build()?;
+            builder = builder
+                .window(vec![best.alias("__best")])?
+                .filter(ident("__best").eq(lit(1u64)))?;
+        }
+        let rank = row_number()
+            .partition_by(partition)
+            .order_by(order)
+            .build()?;
+        let mut projection = key_columns(measurement, ident("time"), grouping, cols);
+        for (i, column) in columns.iter().enumerate() {
+            let value = match i == self.column {
+                true => value.clone(),
+                false => expr::scalar(&column.expr, cols)?,
+            };
+            projection.push(value.alias(&column.name));
+        }
+        let plan = builder
+            .window(vec![rank.alias("__rank")])?
+            .filter(ident("__rank").lt_eq(lit(self.n as u64)))?
+            .project(projection)?
+            .build()?;
+        Ok(Some(plan))
+    }
+}
+
+/// Hidden column of a `distinct()` answer: when a value was first seen in its bucket (1.x
+/// lists a bucket's values in that order; with `ORDER BY time DESC` too, here).
+const FIRST_SEEN: &str = "__first_seen";
+
+/// The `distinct(field)` column, if the statement selects one (outside `count()`); 1.x
+/// allows nothing beside it.
+fn distinct_column(columns: &[OutputColumn]) -> Result<Option<&OutputColumn>, PlanError> {
+    let is_distinct =
+        |c: &&OutputColumn| matches!(&c.expr, Expr::Call { name, .. } if name == "distinct");
+    let Some(column) = columns.iter().find(is_distinct) else {
+        return Ok(None);
+    };
+    if columns.len() > 1 {
+        return Err(PlanError::new(
+            "aggregate function distinct() cannot be combined with other functions or fields",
+        ));
+    }
+    match &column.expr {
+        Expr::Call { args, .. } if matches!(args.as_slice(), [Expr::VarRef { .. }]) => {
+            Ok(Some(column))
+        }
+        _ => Err(PlanError::new(
+            "distinct function requires at least one argument",
+        )),
+    }
+}
+
+/// The distinct values of one measurement's series per bucket, each with the time it was
+/// first seen ([`FIRST_SEEN`]).
+fn distinct_part(
+    measurement: &str,
+    table: &Arc<dyn TableSource>,
+    cols: &Columns,
+    column: &OutputColumn,
+    grouping: &Grouping,
+    range: TimeRange,
+    rest: Option<&Expr>,
+) -> Result<Option<LogicalPlan>, PlanError> {
+    let Expr::Call { args, .. } = &column.expr else {
+        return Ok(None);
+    };
+    if field_names(&args[0], cols).is_empty() {
+        return Ok(None);
+    }
+    let value = field_value(&args[0], cols)?;
+    let mut group_keys: Vec<DfExpr> = Vec::new();
+    if let Some((interval, offset)) = grouping.interval {
+        group_keys.push(bucket(interval, offset).alias("__bucket"));
+    }
+    for tag in &grouping.tags {
+        let tag_column = match cols.resolve(tag, None) {
+            Resolved::Tag(tag) => ident(tag),
+            _ => lit(""),
+        };
+        group_keys.push(tag_column.alias(format!("__tag_{tag}")));
+    }
+    group_keys.push(value.clone().alias("__distinct"));
+    let first_seen = datafusion::functions_aggregate::expr_fn::min(ident("time"));
+    let time = match grouping.interval {
+        Some(_) => ident("__bucket"),
+        None => timestamp(range.lower.unwrap_or(0)),
+    };
+    let mut projection = vec![
+        lit(measurement.to_string()).alias(MEASUREMENT_COLUMN),
+        time.alias("time"),
+    ];
+    for tag in &grouping.tags {
+        projection.push(
+            expr::tag_value(&format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role()),
+        );
+    }
+    projection.push(ident("__distinct").alias(&column.name));
+    projection.push(ident(FIRST_SEEN));
+    let plan = scan(measurement, table, cols, range, rest)?
+        .filter(value.is_not_null())?
+        .aggregate(group_keys, vec![first_seen.alias(FIRST_SEEN)])?
+        .project(projection)?
+        .build()?;
+    Ok(Some(plan))
 }
 
 /// The transformations among `columns` (`derivative(mean(x), 1s)`, `difference(x)`, ...),
@@ -797,13 +1080,13 @@ fn aggregate_value(
 /// One aggregate call over a field.
 fn aggregate_call(name: &str, args: &[Expr], cols: &Columns) -> Result<DfExpr, PlanError> {
     use datafusion::functions_aggregate::expr_fn as agg;
-    if is_transformation(name)
-        || matches!(
-            name,
-            "mode" | "top" | "bottom" | "sample" | "integral" | "distinct"
-        )
-    {
+    if is_transformation(name) || matches!(name, "sample" | "integral") {
         return Err(PlanError::new(format!("{name}() is not supported yet")));
+    }
+    if name == "distinct" {
+        return Err(PlanError::new(
+            "aggregate function distinct() cannot be combined with other functions or fields",
+        ));
     }
     let (field, rest) = match args {
         [Expr::Call {
@@ -880,6 +1163,10 @@ fn aggregate_call(name: &str, args: &[Expr], cols: &Columns) -> Result<DfExpr, P
                 .order_by(vec![ident("time").sort(ascending, false)])
                 .filter(set)
                 .build()?
+        }
+        "mode" => {
+            expect_args(1)?;
+            super::mode::mode(field, set)?
         }
         "percentile" => {
             expect_args(2)?;
@@ -990,6 +1277,7 @@ fn order_and_limit(
     plan: LogicalPlan,
     select: &SelectStatement,
     tags: &[String],
+    tiebreak: Option<&str>,
 ) -> Result<LogicalPlan, PlanError> {
     use datafusion::functions_window::expr_fn::{dense_rank, row_number};
     let series: Vec<DfExpr> = std::iter::once(ident(MEASUREMENT_COLUMN))
@@ -997,10 +1285,13 @@ fn order_and_limit(
         .collect();
     let ascending = !select.order_desc;
     let mut order: Vec<SortExpr> = series.iter().map(|e| e.clone().sort(true, false)).collect();
-    order.push(ident("time").sort(ascending, false));
+    let mut in_series = vec![ident("time").sort(ascending, false)];
+    in_series.extend(tiebreak.map(|column| ident(column).sort(true, false)));
+    order.extend(in_series.iter().cloned());
     let output: Vec<DfExpr> = plan
         .schema()
         .iter()
+        .filter(|(_, f)| Some(f.name().as_str()) != tiebreak)
         .map(|(q, f)| DfExpr::Column(datafusion::common::Column::from((q, f))))
         .collect();
     let mut builder = LogicalPlanBuilder::from(plan);
@@ -1008,7 +1299,7 @@ fn order_and_limit(
     if select.limit.is_some() || select.offset.is_some() {
         let rank = row_number()
             .partition_by(series.clone())
-            .order_by(vec![ident("time").sort(ascending, false)])
+            .order_by(in_series.clone())
             .build()?
             .alias("__row");
         builder = builder.window(vec![rank])?;
@@ -1031,7 +1322,7 @@ fn order_and_limit(
         }
     }
     if let Some(filter) = filters.into_iter().reduce(DfExpr::and) {
-        builder = builder.filter(filter)?.project(output)?;
+        builder = builder.filter(filter)?;
     }
-    Ok(builder.sort(order)?.build()?)
+    Ok(builder.sort(order)?.project(output)?.build()?)
 }
