@@ -237,6 +237,14 @@ HAND_WRITTEN = [
     "SELECT top(load, 2) FROM sensor LIMIT 1",
     "SELECT top(load, 2), mean(load) FROM sensor",
     "SELECT top(load) FROM sensor",
+    # integral(): trapezoids, cut at bucket ends as 1.x cuts them
+    f"SELECT integral(load) FROM sensor WHERE {RANGE}",
+    "SELECT integral(used) FROM mem",
+    f"SELECT integral(temp, 1m) FROM sensor WHERE {RANGE} AND host = 'h2' GROUP BY time(10m)",
+    f"SELECT integral(load, 1h) FROM sensor WHERE {RANGE} AND host = 'h3' GROUP BY time(7m, 2m)",
+    f"SELECT integral(load) FROM sensor WHERE {RANGE} GROUP BY time(30m)",
+    f"SELECT integral(temp) FROM sensor WHERE {RANGE} AND region = 'eu' GROUP BY time(1h) "
+    "fill(0)",
 ]
 
 
@@ -366,7 +374,9 @@ def test_statement_errors_keep_their_own_message(both) -> None:
 
 
 @pytest.mark.parametrize("q", [
-    "SELECT integral(usage) FROM cpu", "SELECT holt_winters(mean(usage), 2, 1) FROM cpu "
+    "SELECT sample(usage, 2) FROM cpu",
+    "SELECT integral(usage), mean(usage) FROM cpu",
+    "SELECT holt_winters(mean(usage), 2, 1) FROM cpu "
     "WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",
     "SELECT mean(usage) FROM (SELECT max(usage) AS usage FROM cpu GROUP BY time(1m), host) "
     "WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",

@@ -15,6 +15,7 @@
 
 mod expr;
 mod fill;
+mod integral;
 mod mode;
 mod select;
 mod show;

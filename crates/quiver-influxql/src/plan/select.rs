@@ -19,6 +19,7 @@ use quiver_model::schema::FieldType;
 
 use super::expr::{self, Columns, Resolved};
 use super::fill::{self, Buckets};
+use super::integral::Integral;
 use super::transform::{self, Transformation};
 
 use super::time_range::{self, TimeRange};
@@ -34,17 +35,17 @@ const POINTS: &str = "__points";
 
 /// One column of the answer: its name and its expression (over raw rows, or over the
 /// aggregate's outputs).
-struct OutputColumn {
-    name: String,
-    expr: Expr,
+pub(super) struct OutputColumn {
+    pub(super) name: String,
+    pub(super) expr: Expr,
 }
 
 /// What is grouped by.
-struct Grouping {
+pub(super) struct Grouping {
     /// `GROUP BY time(interval, offset)`.
-    interval: Option<(i64, i64)>,
+    pub(super) interval: Option<(i64, i64)>,
     /// The tags, sorted.
-    tags: Vec<String>,
+    pub(super) tags: Vec<String>,
 }
 
 pub(crate) fn plan_select(
@@ -89,6 +90,7 @@ pub(crate) fn plan_select(
         ranked.add_tag_columns(&mut columns);
     }
     let distinct = distinct_column(&columns)?;
+    let integral = Integral::find(&columns)?;
     // a transformation of buckets starts from the buckets before the range (as in 1.x), which
     // are read too and cut off after it
     let (range, range_start) = match (grouping.interval, range.lower) {
@@ -126,6 +128,16 @@ pub(crate) fn plan_select(
                 table,
                 cols,
                 &columns,
+                &grouping,
+                range,
+                rest.as_ref(),
+            )?
+        } else if let Some(integral) = &integral {
+            integral.part(
+                measurement,
+                table,
+                cols,
+                &columns[0],
                 &grouping,
                 range,
                 rest.as_ref(),
@@ -168,8 +180,8 @@ pub(crate) fn plan_select(
     let Some(plan) = union(parts, &columns)? else {
         return empty(&grouping);
     };
-    // distinct(), top() and bottom() answer the values there are: nothing to fill
-    let plan = match aggregate && distinct.is_none() && ranked.is_none() {
+    // distinct(), top(), bottom() and integral() answer the values there are: nothing to fill
+    let plan = match aggregate && distinct.is_none() && ranked.is_none() && integral.is_none() {
         true => fill_aggregates(plan, select, ctx, &grouping, range, &columns)?,
         false => plan,
     };
@@ -431,11 +443,7 @@ fn distinct_part(
         lit(measurement.to_string()).alias(MEASUREMENT_COLUMN),
         time.alias("time"),
     ];
-    for tag in &grouping.tags {
-        projection.push(
-            expr::tag_value(&format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role()),
-        );
-    }
+    projection.extend(key_tags(grouping));
     projection.push(ident("__distinct").alias(&column.name));
     projection.push(ident(FIRST_SEEN));
     let plan = scan(measurement, table, cols, range, rest)?
@@ -740,7 +748,7 @@ fn has_aggregate(expr: &Expr) -> bool {
     }
 }
 
-fn timestamp(ns: i64) -> DfExpr {
+pub(super) fn timestamp(ns: i64) -> DfExpr {
     lit(ScalarValue::TimestampNanosecond(
         Some(ns),
         Some("UTC".into()),
@@ -778,7 +786,7 @@ fn key_columns(
 }
 
 /// Scan of `table` with the statement's time range and condition applied.
-fn scan(
+pub(super) fn scan(
     measurement: &str,
     table: &Arc<dyn TableSource>,
     cols: &Columns,
@@ -920,11 +928,7 @@ fn aggregate_part(
         lit(measurement.to_string()).alias(MEASUREMENT_COLUMN),
         time.alias("time"),
     ];
-    for tag in &grouping.tags {
-        projection.push(
-            expr::tag_value(&format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role()),
-        );
-    }
+    projection.extend(key_tags(grouping));
     projection.extend(values);
     let plan = builder
         .filter(ident(POINTS).gt(lit(0i64)))?
@@ -949,11 +953,27 @@ impl Aggregates {
 }
 
 /// `GROUP BY time` bucket of a point: `date_bin` aligned to the epoch plus `offset`.
-fn bucket(interval: i64, offset: i64) -> DfExpr {
+pub(super) fn bucket(interval: i64, offset: i64) -> DfExpr {
+    bucket_of(ident("time"), interval, offset)
+}
+
+/// The `GROUP BY time` bucket of `time`.
+pub(super) fn bucket_of(time: DfExpr, interval: i64, offset: i64) -> DfExpr {
     let stride = lit(ScalarValue::IntervalMonthDayNano(Some(
         arrow::datatypes::IntervalMonthDayNano::new(0, 0, interval),
     )));
-    datafusion::functions::expr_fn::date_bin(stride, ident("time"), timestamp(offset))
+    datafusion::functions::expr_fn::date_bin(stride, time, timestamp(offset))
+}
+
+/// The grouped tags of a part grouped by `__tag_<tag>` keys, as the answer shows them.
+pub(super) fn key_tags(grouping: &Grouping) -> Vec<DfExpr> {
+    grouping
+        .tags
+        .iter()
+        .map(|tag| {
+            expr::tag_value(&format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role())
+        })
+        .collect()
 }
 
 /// The point a statement's only call chooses, when that call is a selector (first, last,
@@ -1080,7 +1100,7 @@ fn aggregate_value(
 /// One aggregate call over a field.
 fn aggregate_call(name: &str, args: &[Expr], cols: &Columns) -> Result<DfExpr, PlanError> {
     use datafusion::functions_aggregate::expr_fn as agg;
-    if is_transformation(name) || matches!(name, "sample" | "integral") {
+    if is_transformation(name) || name == "sample" {
         return Err(PlanError::new(format!("{name}() is not supported yet")));
     }
     if name == "distinct" {
