@@ -1,8 +1,9 @@
 //! `SELECT`: raw queries (points, with InfluxDB's rule that a row whose selected fields are all
 //! null is not a point) and aggregate queries (per series and `GROUP BY time` bucket, with
 //! selectors that return the time, and the other selected columns, of the point they chose);
-//! several measurements as one union; then fill, order and the per-series `LIMIT`/`OFFSET`
-//! and `SLIMIT`/`SOFFSET`.
+//! `distinct()`, `top()`/`bottom()` and `integral()`, which answer rows of their own; several
+//! measurements as one union, or a subquery read as a view; then fill, order and the
+//! per-series `LIMIT`/`OFFSET` and `SLIMIT`/`SOFFSET`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -52,28 +53,24 @@ pub(crate) fn plan_select(
     select: &SelectStatement,
     ctx: &PlanContext<'_>,
 ) -> Result<LogicalPlan, PlanError> {
-    if select.from.iter().any(|s| matches!(s, Source::Subquery(_))) {
-        return Err(PlanError::new("subqueries are not supported yet"));
-    }
+    plan_select_within(select, ctx, TimeRange::default())
+}
+
+/// `select` planned within `outer`, the time range of the statement it is a subquery of (1.x
+/// hands an outer statement's range down to its subqueries).
+fn plan_select_within(
+    select: &SelectStatement,
+    ctx: &PlanContext<'_>,
+    outer: TimeRange,
+) -> Result<LogicalPlan, PlanError> {
     if select.timezone.is_some() {
         return Err(PlanError::new(
             "tz() is not supported yet: times are in UTC",
         ));
     }
-    let names: Vec<_> = select
-        .from
-        .iter()
-        .filter_map(|s| match s {
-            Source::Measurement(name) => Some(name.clone()),
-            Source::Subquery(_) => None,
-        })
-        .collect();
-    let measurements = super::resolve_names(&names, &ctx.schemas.measurements())?;
-    let tables: Vec<(String, Arc<dyn TableSource>)> = measurements
-        .into_iter()
-        .filter_map(|m| ctx.schemas.table(&m).map(|t| (m, t)))
-        .collect();
     let (range, rest) = time_range::split(select.condition.as_ref(), ctx.now_ns)?;
+    let range = range.within(outer);
+    let tables = sources(select, ctx, range)?;
     let all_columns: Vec<Columns> = tables
         .iter()
         .map(|(_, t)| Columns::new(t.schema()))
@@ -719,6 +716,99 @@ fn is_aggregate_function(name: &str) -> bool {
 }
 
 /// Functions that transform a series point by point (not supported yet).
+/// What `select` reads: its measurements, or its one subquery planned as a view whose columns
+/// look like a measurement's (its grouped tags as tags, its values as fields) named after
+/// the measurement it reads.
+fn sources(
+    select: &SelectStatement,
+    ctx: &PlanContext<'_>,
+    range: TimeRange,
+) -> Result<Vec<(String, Arc<dyn TableSource>)>, PlanError> {
+    let mut names = Vec::new();
+    let mut subqueries = Vec::new();
+    for source in &select.from {
+        match source {
+            Source::Measurement(name) => names.push(name.clone()),
+            Source::Subquery(inner) => subqueries.push(inner),
+        }
+    }
+    match (names.is_empty(), subqueries.as_slice()) {
+        (true, [inner]) => Ok(subquery_source(inner, ctx, range)?.into_iter().collect()),
+        (_, []) => {
+            let measurements = super::resolve_names(&names, &ctx.schemas.measurements())?;
+            Ok(measurements
+                .into_iter()
+                .filter_map(|m| ctx.schemas.table(&m).map(|t| (m, t)))
+                .collect())
+        }
+        _ => Err(PlanError::new(
+            "reading several subqueries, or subqueries and measurements, in one FROM is not \
+             supported yet",
+        )),
+    }
+}
+
+/// A subquery as a source (see [`sources`]); `None` if it reads no measurement.
+fn subquery_source(
+    inner: &SelectStatement,
+    ctx: &PlanContext<'_>,
+    range: TimeRange,
+) -> Result<Option<(String, Arc<dyn TableSource>)>, PlanError> {
+    let Some(name) = measurement_of(inner, ctx)? else {
+        return Ok(None);
+    };
+    let plan = plan_select_within(inner, ctx, range)?;
+    let columns: Vec<DfExpr> = plan
+        .schema()
+        .iter()
+        .filter(|(_, f)| f.name() != MEASUREMENT_COLUMN)
+        .map(|(qualifier, field)| {
+            let column = DfExpr::Column(datafusion::common::Column::from((qualifier, field)));
+            match field.metadata().get(ROLE_METADATA_KEY).map(String::as_str) {
+                Some(TAG_ROLE) => cast(column, tag_type()).alias(field.name()),
+                _ => column,
+            }
+        })
+        .collect();
+    let plan = LogicalPlanBuilder::from(plan).project(columns)?.build()?;
+    let view = datafusion::catalog::view::ViewTable::new(plan, None);
+    Ok(Some((
+        name,
+        datafusion::datasource::provider_as_source(Arc::new(view)),
+    )))
+}
+
+/// The type of a tag column (what tells a tag from a string field).
+fn tag_type() -> DataType {
+    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+}
+
+/// The one measurement a subquery reads (through its own subqueries), which names the outer
+/// statement's series; `None` if it reads none.
+fn measurement_of(
+    select: &SelectStatement,
+    ctx: &PlanContext<'_>,
+) -> Result<Option<String>, PlanError> {
+    let mut found = Vec::new();
+    for source in &select.from {
+        match source {
+            Source::Measurement(name) => found.extend(super::resolve_names(
+                std::slice::from_ref(name),
+                &ctx.schemas.measurements(),
+            )?),
+            Source::Subquery(inner) => found.extend(measurement_of(inner, ctx)?),
+        }
+    }
+    found.dedup();
+    match found.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        _ => Err(PlanError::new(
+            "a subquery reading several measurements is not supported yet",
+        )),
+    }
+}
+
 /// Transformations not computed yet (the others are rewritten by [`take_transformations`]
 /// before any of this sees them).
 fn is_transformation(name: &str) -> bool {

@@ -18,6 +18,17 @@ pub(crate) struct TimeRange {
 }
 
 impl TimeRange {
+    /// This range narrowed to the part within `outer`.
+    pub(crate) fn within(mut self, outer: TimeRange) -> TimeRange {
+        if let Some(lower) = outer.lower {
+            self.narrow_lower(lower);
+        }
+        if let Some(upper) = outer.upper {
+            self.narrow_upper(upper);
+        }
+        self
+    }
+
     fn narrow_lower(&mut self, lower: i64) {
         self.lower = Some(self.lower.map_or(lower, |l| l.max(lower)));
     }
