@@ -716,6 +716,9 @@ fn is_aggregate_function(name: &str) -> bool {
 }
 
 /// Functions that transform a series point by point (not supported yet).
+/// A source a statement reads, under the measurement name its series take.
+type NamedSource = (String, Arc<dyn TableSource>);
+
 /// What `select` reads: its measurements, or its one subquery planned as a view whose columns
 /// look like a measurement's (its grouped tags as tags, its values as fields) named after
 /// the measurement it reads.
@@ -723,7 +726,7 @@ fn sources(
     select: &SelectStatement,
     ctx: &PlanContext<'_>,
     range: TimeRange,
-) -> Result<Vec<(String, Arc<dyn TableSource>)>, PlanError> {
+) -> Result<Vec<NamedSource>, PlanError> {
     let mut names = Vec::new();
     let mut subqueries = Vec::new();
     for source in &select.from {
@@ -753,7 +756,7 @@ fn subquery_source(
     inner: &SelectStatement,
     ctx: &PlanContext<'_>,
     range: TimeRange,
-) -> Result<Option<(String, Arc<dyn TableSource>)>, PlanError> {
+) -> Result<Option<NamedSource>, PlanError> {
     let Some(name) = measurement_of(inner, ctx)? else {
         return Ok(None);
     };
