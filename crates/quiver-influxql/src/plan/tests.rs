@@ -267,7 +267,7 @@ fn hostile_statements_are_refused_before_anything_runs() {
     assert!(plan_of(&wide).unwrap_err().0.contains("at most 2048"));
     assert!(plan_of("SELECT usage FROM cpu WHERE time > 1s OR host = 'a'").is_err());
     assert!(plan_of("SELECT mean(usage), usage FROM cpu").is_err());
-    assert!(plan_of("SELECT top(usage, 2) FROM cpu")
+    assert!(plan_of("SELECT sample(usage, 2) FROM cpu")
         .unwrap_err()
         .0
         .contains("not supported yet"));
