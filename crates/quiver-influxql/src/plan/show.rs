@@ -75,10 +75,8 @@ pub(crate) fn plan_show(
             offset,
             ..
         } => {
-            if condition.is_some() {
-                return Err(PlanError::new(
-                    "SHOW TAG KEYS with WHERE is not supported yet",
-                ));
+            if let Some(condition) = condition {
+                return show_tag_keys_where(ctx, from, condition, *limit, *offset);
             }
             let mut rows = Vec::new();
             for (m, table) in tables(ctx, from)? {
@@ -310,6 +308,43 @@ fn key_matches(key: &TagKeyMatch, tag: &str) -> Result<bool, PlanError> {
         TagKeyMatch::Regex(pattern) => expr::bounded_regex(pattern)?.is_match(tag),
         TagKeyMatch::NotRegex(pattern) => !expr::bounded_regex(pattern)?.is_match(tag),
     })
+}
+
+/// `SHOW TAG KEYS ... WHERE`: the tags some point matching the condition has, per
+/// measurement (`LIMIT`/`OFFSET` per measurement, as without `WHERE`).
+fn show_tag_keys_where(
+    ctx: &PlanContext<'_>,
+    from: &[MeasurementName],
+    condition: &Expr,
+    limit: Option<u64>,
+    offset: Option<u64>,
+) -> Result<LogicalPlan, PlanError> {
+    let (range, rest) = time_range::split(Some(condition), ctx.now_ns)?;
+    let mut parts = Vec::new();
+    for (m, table) in tables(ctx, from)? {
+        let cols = Columns::new(table.schema());
+        let mut keys = Vec::new();
+        for tag in cols.tags() {
+            let mut builder = LogicalPlanBuilder::scan(m.as_str(), Arc::clone(&table), None)?;
+            if let Some(filter) = scan_filter(&cols, range, rest.as_ref())? {
+                builder = builder.filter(filter)?;
+            }
+            keys.push(
+                builder
+                    .filter(ident(tag.as_str()).is_not_null())?
+                    .limit(0, Some(1))?
+                    .project(vec![
+                        lit(m.clone()).alias(MEASUREMENT_COLUMN),
+                        lit(tag.clone()).alias("tagKey"),
+                    ])?
+                    .build()?,
+            );
+        }
+        if !keys.is_empty() {
+            parts.push(finish(keys, &["tagKey"], "", limit, offset)?);
+        }
+    }
+    finish(parts, &["tagKey"], "", None, None)
 }
 
 fn show_tag_values(
