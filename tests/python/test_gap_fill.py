@@ -6,8 +6,12 @@ what to write instead; the result cache never serving a stale filled answer.
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import psycopg
 import pytest
@@ -165,3 +169,29 @@ def test_the_result_cache_serves_a_filled_answer_until_a_write_changes_it(
     third = query(quiver_url, db, sql)
     assert third.headers["X-Quiver-Cache"] == "MISS"
     assert [r["i"] for r in third.json()] == [1.0, 10.0, 3.0]
+
+
+def test_gaps_stay_null_in_arrow_and_parquet_answers(filled_db: str) -> None:
+    """`count(*)` is never null in SQL, but it is in a gap: every format says so."""
+    sql = ("SELECT date_bin_gapfill(INTERVAL '10 seconds', time) AS t, count(*) AS c FROM cpu "
+           "WHERE host = 'b' AND time >= '1970-01-01T00:00:00Z' AND "
+           "time < '1970-01-01T00:00:40Z' GROUP BY 1 ORDER BY t")
+    arrow = query(filled_db, DB, sql, fmt="arrow")
+    assert arrow.status_code == 200, arrow.text
+    table = pa.ipc.open_stream(arrow.content).read_all()
+    assert table.schema.field("c").nullable
+    assert table.column("c").to_pylist() == [None, 1, None, None]
+    parquet = query(filled_db, DB, sql, fmt="parquet")
+    assert parquet.status_code == 200, parquet.text
+    assert pq.read_table(io.BytesIO(parquet.content)).column("c").to_pylist() == [None, 1, None,
+                                                                                  None]
+
+
+def test_any_order_asked_of_the_filled_rows_is_kept(filled_db: str) -> None:
+    base = FILLED.rsplit(" ORDER BY ", 1)[0]
+    rows = query_json(filled_db, DB, base + " ORDER BY host NULLS FIRST, t DESC")
+    assert [(r["host"], r["t"]) for r in rows] == [
+        (h, rfc3339(t)) for h in "abc" for t in (40, 30, 20, 10, 0)]
+    rows = query_json(filled_db, DB, base + " ORDER BY i DESC NULLS LAST, host, t LIMIT 3")
+    assert [(r["host"], r["t"], r["i"]) for r in rows] == [
+        ("b", rfc3339(10), 5.0), ("a", rfc3339(30), 4.0), ("a", rfc3339(20), 3.0)]

@@ -241,6 +241,8 @@ HAND_WRITTEN = [
     "SELECT top(load, 2) FROM sensor LIMIT 1",
     "SELECT top(load, 2), mean(load) FROM sensor",
     "SELECT top(load) FROM sensor",
+    f"SELECT load FROM sensor WHERE {RANGE} AND host = 'h1' LIMIT 0",
+    "SELECT top(load, 2) FROM sensor LIMIT 0",
     # integral(): trapezoids, cut at bucket ends as 1.x cuts them
     f"SELECT integral(load) FROM sensor WHERE {RANGE}",
     "SELECT integral(used) FROM mem",
@@ -393,6 +395,8 @@ def test_statement_errors_keep_their_own_message(both) -> None:
 @pytest.mark.parametrize("q", [
     "SELECT sample(usage, 2) FROM cpu",
     "SELECT integral(usage), mean(usage) FROM cpu",
+    "SELECT difference(distinct(usage)) FROM cpu WHERE time >= 1600000000s AND "
+    "time < 1600000200s GROUP BY time(1m)",
     "SELECT holt_winters(mean(usage), 2, 1) FROM cpu "
     "WHERE time >= 1600000000s AND time < 1600000200s GROUP BY time(1m)",
     "SELECT mean(usage) FROM (SELECT usage FROM cpu), mem",

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use chrono::{DateTime, Utc};
 use datafusion::common::display::PlanType;
 use datafusion::common::{ParamValues, TableReference};
@@ -360,7 +360,8 @@ impl QueryEngine {
         let cached = slot.as_ref().and_then(|slot| self.plans.get(slot));
         let planned = guard_future("planning the query", async {
             // the answer's schema is the statement's (as describing it gives), not the
-            // optimized plan's: the optimizer may change a column's nullability
+            // optimized plan's: the optimizer may change a column's nullability (a column
+            // the analysed plan may fill with nulls, as gap filling does, is nullable)
             // `notes`: the rollup router's decisions, for an EXPLAIN; `None` for a kept plan
             let (optimized, schema, notes) = match cached {
                 Some((kept, schema)) => (kept, schema, None),
@@ -368,7 +369,9 @@ impl QueryEngine {
                     let plan = logical_plan(&self.store, state, analysis, params).await?;
                     let schema = Arc::new(plan.schema().as_arrow().clone());
                     let (optimized, notes) = RoutingNotes::collect(|| state.optimize(&plan));
-                    (optimized?, schema, Some(notes))
+                    let optimized = optimized?;
+                    let schema = nullable_where_either(schema, optimized.schema().as_arrow());
+                    (optimized, schema, Some(notes))
                 }
             };
             let physical = state
@@ -577,6 +580,32 @@ pub(crate) fn state_builder(
         .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
         .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
         .with_query_planner(Arc::new(QuiverQueryPlanner))
+}
+
+/// `statement`'s schema with a column nullable where `optimized` has it nullable too.
+fn nullable_where_either(statement: SchemaRef, optimized: &Schema) -> SchemaRef {
+    let widen = statement
+        .fields()
+        .iter()
+        .zip(optimized.fields())
+        .any(|(s, o)| !s.is_nullable() && o.is_nullable());
+    if !widen || statement.fields().len() != optimized.fields().len() {
+        return statement;
+    }
+    let fields: Vec<Field> = statement
+        .fields()
+        .iter()
+        .zip(optimized.fields())
+        .map(|(s, o)| {
+            s.as_ref()
+                .clone()
+                .with_nullable(s.is_nullable() || o.is_nullable())
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(
+        fields,
+        statement.metadata().clone(),
+    ))
 }
 
 /// `plan` with the router's decisions added to an `EXPLAIN`'s final logical plan.

@@ -69,7 +69,7 @@ impl ScalarUDFImpl for ModeOfSorted {
         };
         let element = self.return_type(&[values.data_type().clone()])?;
         let values = values.as_list::<i32>();
-        let modes = (0..rows)
+        let modes = (0..values.len().min(rows.max(1)))
             .map(|row| match values.is_null(row) {
                 true => ScalarValue::try_from(&element),
                 false => mode_of_sorted(&values.value(row), &element),

@@ -84,7 +84,7 @@ fn plan_select_within(
     let aggregate = columns.iter().any(|c| has_aggregate(&c.expr));
     let ranked = Ranked::find(&columns, select)?;
     if let Some(ranked) = &ranked {
-        ranked.add_tag_columns(&mut columns);
+        ranked.add_tag_columns(&mut columns, &grouping.tags);
     }
     let distinct = distinct_column(&columns)?;
     let integral = Integral::find(&columns)?;
@@ -266,7 +266,11 @@ impl Ranked {
                 }
             }
         }
-        if let Some(limit) = select.limit.filter(|&limit| (limit as i128) < n as i128) {
+        // (LIMIT 0 is no limit)
+        if let Some(limit) = select
+            .limit
+            .filter(|&limit| limit > 0 && (limit as i128) < n as i128)
+        {
             return Err(PlanError::new(format!(
                 "limit ({n}) in {name} function can not be larger than the LIMIT ({limit}) in \
                  the select statement"
@@ -281,10 +285,14 @@ impl Ranked {
         }))
     }
 
-    /// Shows the tags of `top(field, tag, ..., n)` right after it, as 1.x does.
-    fn add_tag_columns(&self, columns: &mut Vec<OutputColumn>) {
+    /// Shows the tags of `top(field, tag, ..., n)` right after it, as 1.x does (renamed
+    /// `<tag>_1` if the statement groups by it too: the series' key shows it).
+    fn add_tag_columns(&self, columns: &mut Vec<OutputColumn>, grouped: &[String]) {
         let tags = self.tags.iter().map(|tag| OutputColumn {
-            name: tag.clone(),
+            name: match grouped.contains(tag) {
+                true => format!("{tag}_1"),
+                false => tag.clone(),
+            },
             expr: Expr::VarRef {
                 name: tag.clone(),
                 data_type: None,
@@ -470,6 +478,11 @@ fn take_transformations(
         let interval = grouping.interval.map(|(interval, _)| interval);
         let (transformation, argument) =
             Transformation::new(name, args, (input.clone(), column.name.clone()), interval)?;
+        if let Some(rows) = rows_of_their_own(&argument) {
+            return Err(PlanError::new(format!(
+                "{name}() of {rows}() is not supported yet"
+            )));
+        }
         match (has_aggregate(&argument), grouping.interval.is_some()) {
             (true, false) => {
                 return Err(PlanError::new(format!(
@@ -488,6 +501,22 @@ fn take_transformations(
         found.push(transformation);
     }
     Ok(found)
+}
+
+/// The function in `expr` that answers rows of its own (`distinct`, `top`, `bottom`,
+/// `integral`), which a transformation cannot run along.
+fn rows_of_their_own(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Call { name, .. }
+            if matches!(name.as_str(), "distinct" | "top" | "bottom" | "integral") =>
+        {
+            Some(name)
+        }
+        Expr::Call { args, .. } => args.iter().find_map(rows_of_their_own),
+        Expr::Binary { lhs, rhs, .. } => rows_of_their_own(lhs).or_else(|| rows_of_their_own(rhs)),
+        Expr::Paren(inner) => rows_of_their_own(inner),
+        _ => None,
+    }
 }
 
 /// Aggregates with their missing values filled (`fill()`, null by default): with `GROUP BY
@@ -1409,7 +1438,9 @@ fn order_and_limit(
         .collect();
     let mut builder = LogicalPlanBuilder::from(plan);
     let mut filters = Vec::new();
-    if select.limit.is_some() || select.offset.is_some() {
+    // LIMIT 0 is no limit, as in 1.x
+    let limit = select.limit.filter(|&limit| limit > 0);
+    if limit.is_some() || select.offset.is_some() {
         let rank = row_number()
             .partition_by(series.clone())
             .order_by(in_series.clone())
@@ -1418,7 +1449,7 @@ fn order_and_limit(
         builder = builder.window(vec![rank])?;
         let offset = select.offset.unwrap_or(0);
         filters.push(ident("__row").gt(lit(offset)));
-        if let Some(limit) = select.limit {
+        if let Some(limit) = limit {
             filters.push(ident("__row").lt_eq(lit(offset.saturating_add(limit))));
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 use datafusion::logical_expr::{
-    cast, lit, Expr as DfExpr, LogicalPlan, LogicalPlanBuilder, TableSource,
+    cast, lit, when, Expr as DfExpr, LogicalPlan, LogicalPlanBuilder, TableSource,
 };
 use datafusion::prelude::{concat, ident};
 use quiver_model::schema::FieldType;
@@ -311,7 +311,8 @@ fn key_matches(key: &TagKeyMatch, tag: &str) -> Result<bool, PlanError> {
 }
 
 /// `SHOW TAG KEYS ... WHERE`: the tags some point matching the condition has, per
-/// measurement (`LIMIT`/`OFFSET` per measurement, as without `WHERE`).
+/// measurement (`LIMIT`/`OFFSET` per measurement, as without `WHERE`): one scan per
+/// measurement counting every tag's values, the tags with any listed.
 fn show_tag_keys_where(
     ctx: &PlanContext<'_>,
     from: &[MeasurementName],
@@ -319,30 +320,49 @@ fn show_tag_keys_where(
     limit: Option<u64>,
     offset: Option<u64>,
 ) -> Result<LogicalPlan, PlanError> {
+    use datafusion::functions_aggregate::expr_fn::count;
+    use datafusion::functions_nested::expr_fn::make_array;
     let (range, rest) = time_range::split(Some(condition), ctx.now_ns)?;
     let mut parts = Vec::new();
     for (m, table) in tables(ctx, from)? {
         let cols = Columns::new(table.schema());
-        let mut keys = Vec::new();
-        for tag in cols.tags() {
-            let mut builder = LogicalPlanBuilder::scan(m.as_str(), Arc::clone(&table), None)?;
-            if let Some(filter) = scan_filter(&cols, range, rest.as_ref())? {
-                builder = builder.filter(filter)?;
-            }
-            keys.push(
-                builder
-                    .filter(ident(tag.as_str()).is_not_null())?
-                    .limit(0, Some(1))?
-                    .project(vec![
-                        lit(m.clone()).alias(MEASUREMENT_COLUMN),
-                        lit(tag.clone()).alias("tagKey"),
-                    ])?
-                    .build()?,
-            );
+        let tags = cols.tags();
+        if tags.is_empty() {
+            continue;
         }
-        if !keys.is_empty() {
-            parts.push(finish(keys, &["tagKey"], "", limit, offset)?);
+        let mut builder = LogicalPlanBuilder::scan(m.as_str(), Arc::clone(&table), None)?;
+        if let Some(filter) = scan_filter(&cols, range, rest.as_ref())? {
+            builder = builder.filter(filter)?;
         }
+        let counts: Vec<DfExpr> = tags
+            .iter()
+            .enumerate()
+            .map(|(i, tag)| count(ident(tag.as_str())).alias(format!("__count_{i}")))
+            .collect();
+        // the names of the tags counted at least once, as one list, then one row each
+        let present = make_array(
+            tags.iter()
+                .enumerate()
+                .map(|(i, tag)| {
+                    when(
+                        ident(format!("__count_{i}")).gt(lit(0i64)),
+                        lit(tag.clone()),
+                    )
+                    .end()
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let part = builder
+            .aggregate(Vec::<DfExpr>::new(), counts)?
+            .project(vec![present.alias("tagKey")])?
+            .unnest_column(datafusion::common::Column::new_unqualified("tagKey"))?
+            .filter(ident("tagKey").is_not_null())?
+            .project(vec![
+                lit(m.clone()).alias(MEASUREMENT_COLUMN),
+                ident("tagKey"),
+            ])?
+            .build()?;
+        parts.push(finish(vec![part], &["tagKey"], "", limit, offset)?);
     }
     finish(parts, &["tagKey"], "", None, None)
 }

@@ -243,7 +243,9 @@ impl ExecutionPlan for GapFillExec {
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        // it adds rows: an order asked of its output must not be pushed below it (the order it
+        // keeps is declared in its equivalence properties)
+        vec![false]
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
