@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
 import pytest
 import requests
@@ -171,7 +172,8 @@ def test_the_result_cache_serves_a_filled_answer_until_a_write_changes_it(
     assert [r["i"] for r in third.json()] == [1.0, 10.0, 3.0]
 
 
-def test_gaps_stay_null_in_arrow_and_parquet_answers(filled_db: str) -> None:
+def test_gaps_stay_null_in_arrow_flight_and_parquet_answers(
+        filled_db: str, quiver_flight_uri: str) -> None:
     """`count(*)` is never null in SQL, but it is in a gap: every format says so."""
     sql = ("SELECT date_bin_gapfill(INTERVAL '10 seconds', time) AS t, count(*) AS c FROM cpu "
            "WHERE host = 'b' AND time >= '1970-01-01T00:00:00Z' AND "
@@ -181,6 +183,12 @@ def test_gaps_stay_null_in_arrow_and_parquet_answers(filled_db: str) -> None:
     table = pa.ipc.open_stream(arrow.content).read_all()
     assert table.schema.field("c").nullable
     assert table.column("c").to_pylist() == [None, 1, None, None]
+    # Flight SQL announces the schema it streams (ADBC checks)
+    with flight_sql.connect(quiver_flight_uri,
+                            db_kwargs={"adbc.flight.sql.rpc.call_header.database": DB},
+                            autocommit=True) as conn, conn.cursor() as cursor:
+        cursor.execute(sql)
+        assert cursor.fetch_arrow_table().column("c").to_pylist() == [None, 1, None, None]
     parquet = query(filled_db, DB, sql, fmt="parquet")
     assert parquet.status_code == 200, parquet.text
     assert pq.read_table(io.BytesIO(parquet.content)).column("c").to_pylist() == [None, 1, None,

@@ -360,8 +360,8 @@ impl QueryEngine {
         let cached = slot.as_ref().and_then(|slot| self.plans.get(slot));
         let planned = guard_future("planning the query", async {
             // the answer's schema is the statement's (as describing it gives), not the
-            // optimized plan's: the optimizer may change a column's nullability (a column
-            // the analysed plan may fill with nulls, as gap filling does, is nullable)
+            // optimized plan's: the optimizer may change a column's nullability (but see
+            // `gap_filled_schema`)
             // `notes`: the rollup router's decisions, for an EXPLAIN; `None` for a kept plan
             let (optimized, schema, notes) = match cached {
                 Some((kept, schema)) => (kept, schema, None),
@@ -370,7 +370,7 @@ impl QueryEngine {
                     let schema = Arc::new(plan.schema().as_arrow().clone());
                     let (optimized, notes) = RoutingNotes::collect(|| state.optimize(&plan));
                     let optimized = optimized?;
-                    let schema = nullable_where_either(schema, optimized.schema().as_arrow());
+                    let schema = gap_filled_schema(schema, &plan, &optimized)?;
                     (optimized, schema, Some(notes))
                 }
             };
@@ -426,7 +426,11 @@ impl QueryEngine {
             statement_plan(&self.store, &state, analysis),
         )
         .await?;
-        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let mut schema = Arc::new(plan.schema().as_arrow().clone());
+        if gap_fill::uses_gap_fill(&plan)? {
+            let optimized = state.optimize(&plan)?;
+            schema = gap_filled_schema(schema, &plan, &optimized)?;
+        }
         let mut parameters: Vec<(String, Option<DataType>)> =
             plan.get_parameter_types()?.into_iter().collect();
         // `$1, $2, ..., $10` in numeric order, named placeholders after them by name.
@@ -580,6 +584,21 @@ pub(crate) fn state_builder(
         .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
         .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
         .with_query_planner(Arc::new(QuiverQueryPlanner))
+}
+
+/// The answer's schema of a statement whose plan is `plan` and optimized plan `optimized`: the
+/// statement's (`schema`), except that a gap-filling statement's columns are nullable where
+/// the optimized plan has them so (`count` is null in a gap). Describing the statement gives
+/// the same, so that Flight SQL's announced schema is the one streamed.
+fn gap_filled_schema(
+    schema: SchemaRef,
+    plan: &LogicalPlan,
+    optimized: &LogicalPlan,
+) -> Result<SchemaRef, DataFusionError> {
+    Ok(match gap_fill::uses_gap_fill(plan)? {
+        true => nullable_where_either(schema, optimized.schema().as_arrow()),
+        false => schema,
+    })
 }
 
 /// `statement`'s schema with a column nullable where `optimized` has it nullable too.

@@ -190,6 +190,11 @@ impl AnalyzerRule for GapFillRule {
     }
 }
 
+/// Whether `plan` calls a gap-filling function (before [`GapFillRule`] plans them).
+pub(crate) fn uses_gap_fill(plan: &LogicalPlan) -> Result<bool> {
+    Ok(first_call(plan)?.is_some())
+}
+
 /// The first gap-filling function `plan` calls, if any.
 fn first_call(plan: &LogicalPlan) -> Result<Option<String>> {
     let mut found = None;
