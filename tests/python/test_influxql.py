@@ -257,6 +257,8 @@ HAND_WRITTEN = [
     f"SELECT top(m, 2) FROM (SELECT mean(load) AS m FROM sensor WHERE {RANGE} "
     "GROUP BY time(10m), host)",
     f"SELECT mean(max) FROM (SELECT max(load) FROM sensor WHERE {RANGE} GROUP BY time(10m))",
+    f"SELECT derivative(mean(m), 1m) FROM (SELECT max(load) AS m FROM sensor GROUP BY "
+    f"time(10m)) WHERE {RANGE} GROUP BY time(10m)",
     f"SELECT max(mean) FROM (SELECT mean(load) FROM (SELECT load FROM sensor WHERE host = 'h1') "
     f"WHERE {RANGE} GROUP BY time(20m))",
     f"SELECT integral(temp, 1m) FROM sensor WHERE {RANGE} AND host = 'h2' GROUP BY time(10m)",

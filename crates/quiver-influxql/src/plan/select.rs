@@ -70,7 +70,7 @@ fn plan_select_within(
     }
     let (range, rest) = time_range::split(select.condition.as_ref(), ctx.now_ns)?;
     let range = range.within(outer);
-    let tables = sources(select, ctx, range)?;
+    let mut tables = sources(select, ctx, range)?;
     let all_columns: Vec<Columns> = tables
         .iter()
         .map(|(_, t)| Columns::new(t.schema()))
@@ -103,6 +103,10 @@ fn plan_select_within(
         }
         _ => (range, None),
     };
+    // a subquery read for a transformation starts at the bucket before the range too
+    if range_start.is_some() && select.from.iter().any(|s| matches!(s, Source::Subquery(_))) {
+        tables = sources(select, ctx, range)?;
+    }
     if !aggregate && grouping.interval.is_some() {
         return Err(PlanError::new(
             "GROUP BY requires at least one aggregate function",
