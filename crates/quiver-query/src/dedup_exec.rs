@@ -26,7 +26,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use quiver_storage::{deduplicate_complete_runs, deduplicate_sorted};
 
-use crate::plan_nodes::only_child;
+use crate::plan_nodes::{only_child, only_partition};
 
 /// Merges rows of equal (series, time) in a sorted stream; see the module documentation.
 #[derive(Debug)]
@@ -133,11 +133,7 @@ impl ExecutionPlan for DeduplicateExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "DeduplicateExec has one partition, asked for {partition}"
-            )));
-        }
+        only_partition(partition, "DeduplicateExec")?;
         let schema = self.input.schema();
         let state = DedupState {
             input: self.input.execute(0, context)?,

@@ -28,6 +28,16 @@ pub(crate) fn rewrite_nodes<N: ExecutionPlan + 'static>(
     .map(|rewritten| rewritten.data)
 }
 
+/// Refuses a partition other than 0 of `node`, an operator with one output partition.
+pub(crate) fn only_partition(partition: usize, node: &str) -> Result<()> {
+    if partition != 0 {
+        return Err(DataFusionError::Internal(format!(
+            "{node} has one partition, asked for {partition}"
+        )));
+    }
+    Ok(())
+}
+
 /// The one element of `children` given to `node`'s `with_new_children`.
 pub(crate) fn only_child<T>(children: Vec<T>, node: &str) -> Result<T> {
     let count = children.len();

@@ -27,7 +27,9 @@ use datafusion::logical_expr::{
 use datafusion::prelude::ident;
 
 use super::expr::{self, Columns, Resolved};
-use super::select::{bucket, bucket_of, key_tags, scan, timestamp, Grouping, OutputColumn};
+use super::select::{
+    bucket, bucket_of, key_tags, scan, tag_key, timestamp, Grouping, OutputColumn,
+};
 use super::time_range::TimeRange;
 use super::{PlanError, MEASUREMENT_COLUMN};
 use crate::ast::{Expr, Literal};
@@ -103,14 +105,7 @@ impl Integral {
             },
             _ => return Ok(None),
         };
-        let series: Vec<DfExpr> = grouping
-            .tags
-            .iter()
-            .map(|tag| match cols.resolve(tag, None) {
-                Resolved::Tag(tag) => ident(tag),
-                _ => lit(""),
-            })
-            .collect();
+        let series: Vec<DfExpr> = grouping.tags.iter().map(|tag| tag_key(cols, tag)).collect();
         let neighbour = |f: DfExpr| -> Result<DfExpr, PlanError> {
             Ok(f.partition_by(series.clone())
                 .order_by(vec![ident("time").sort(true, false)])

@@ -86,18 +86,13 @@ impl ScalarUDFImpl for ModeOfSorted {
 
 /// The first of the longest runs of equal values in sorted `values` (null if none).
 fn mode_of_sorted(values: &ArrayRef, element: &DataType) -> Result<ScalarValue> {
-    let (mut most, mut most_run) = (ScalarValue::try_from(element)?, 0usize);
-    let mut run = 0usize;
-    for i in 0..values.len() {
-        let value = ScalarValue::try_from_array(values, i)?;
-        let continues = i > 0 && ScalarValue::try_from_array(values, i - 1)? == value;
-        run = if continues { run + 1 } else { 1 };
-        if run > most_run {
-            most_run = run;
-            most = value;
-        }
+    let runs = arrow::compute::partition(std::slice::from_ref(values))?.ranges();
+    // the first longest run: `max_by_key` would take the last of equal lengths
+    let longest = runs.iter().rev().max_by_key(|run| run.len());
+    match longest {
+        Some(run) => ScalarValue::try_from_array(values, run.start),
+        None => ScalarValue::try_from(element),
     }
-    Ok(most)
 }
 
 #[cfg(test)]

@@ -332,12 +332,7 @@ impl Ranked {
             .map(|(interval, offset)| bucket(interval, offset))
             .into_iter()
             .collect();
-        for tag in &grouping.tags {
-            partition.push(match cols.resolve(tag, None) {
-                Resolved::Tag(tag) => ident(tag),
-                _ => lit(""),
-            });
-        }
+        partition.extend(grouping.tags.iter().map(|tag| tag_key(cols, tag)));
         let mut builder =
             scan(measurement, table, cols, range, rest)?.filter(value.clone().is_not_null())?;
         if !self.tags.is_empty() {
@@ -436,11 +431,7 @@ fn distinct_part(
         group_keys.push(bucket(interval, offset).alias("__bucket"));
     }
     for tag in &grouping.tags {
-        let tag_column = match cols.resolve(tag, None) {
-            Resolved::Tag(tag) => ident(tag),
-            _ => lit(""),
-        };
-        group_keys.push(tag_column.alias(format!("__tag_{tag}")));
+        group_keys.push(tag_key(cols, tag).alias(format!("__tag_{tag}")));
     }
     group_keys.push(value.clone().alias("__distinct"));
     let first_seen = datafusion::functions_aggregate::expr_fn::min(ident("time"));
@@ -1036,11 +1027,7 @@ fn aggregate_part(
     // grouped by the tag columns themselves (dictionary keys, no per-row conversion); a
     // missing tag becomes `''` on the grouped rows
     for tag in &grouping.tags {
-        let value = match cols.resolve(tag, None) {
-            Resolved::Tag(tag) => ident(tag),
-            _ => lit(""),
-        };
-        group_keys.push(value.alias(format!("__tag_{tag}")));
+        group_keys.push(tag_key(cols, tag).alias(format!("__tag_{tag}")));
     }
     let mut aggregate_exprs = aggregates.exprs;
     aggregate_exprs.push(points);
@@ -1089,6 +1076,15 @@ pub(super) fn bucket_of(time: DfExpr, interval: i64, offset: i64) -> DfExpr {
         arrow::datatypes::IntervalMonthDayNano::new(0, 0, interval),
     )));
     datafusion::functions::expr_fn::date_bin(stride, time, timestamp(offset))
+}
+
+/// Grouped tag `tag` as a key over `cols`' rows: the tag column itself (dictionary keys, no
+/// per-row conversion), or `''` if the measurement has no such tag.
+pub(super) fn tag_key(cols: &Columns, tag: &str) -> DfExpr {
+    match cols.resolve(tag, None) {
+        Resolved::Tag(tag) => ident(tag),
+        _ => lit(""),
+    }
 }
 
 /// The grouped tags of a part grouped by `__tag_<tag>` keys, as the answer shows them.

@@ -34,8 +34,8 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
-use super::node::FillMethod;
-use crate::plan_nodes::only_child;
+use super::node::{describe_keys, FillMethod};
+use crate::plan_nodes::{only_child, only_partition};
 use crate::rollup::definition::TimeBucket;
 
 /// The buckets every series is filled with: `count` buckets of `stride` nanoseconds from
@@ -201,12 +201,7 @@ impl GapFillExec {
 impl DisplayAs for GapFillExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let name = |i: usize| self.schema.field(i).name().clone();
-        let series: Vec<String> = self.series_columns.iter().map(|&i| name(i)).collect();
-        let fills: Vec<String> = self
-            .fills
-            .iter()
-            .map(|(i, m)| format!("{m}({})", name(*i)))
-            .collect();
+        let (series, fills) = describe_keys(&name, &self.series_columns, &self.fills);
         let (from, to) = match self.grid.count {
             0 => ("none".to_string(), "none".to_string()),
             n => (rfc3339(self.grid.first), rfc3339(self.grid.time(n - 1))),
@@ -215,10 +210,10 @@ impl DisplayAs for GapFillExec {
             f,
             "GapFillExec: time={}, series=[{}], buckets={} of {} from {from} to {to}, fill=[{}]",
             name(self.time_column),
-            series.join(", "),
+            series,
             self.grid.count,
             duration(self.grid.stride),
-            fills.join(", ")
+            fills
         )
     }
 }
@@ -282,11 +277,7 @@ impl ExecutionPlan for GapFillExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "GapFillExec has one partition, asked for {partition}"
-            )));
-        }
+        only_partition(partition, "GapFillExec")?;
         let input = self.input.execute(0, context.clone())?;
         let reservation = MemoryConsumer::new("GapFillExec").register(context.memory_pool());
         let limit = match context.memory_pool().memory_limit() {

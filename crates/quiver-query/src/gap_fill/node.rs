@@ -45,6 +45,21 @@ impl fmt::Display for FillMethod {
     }
 }
 
+/// The series columns and the fills (`locf(avg(x))`) of a gap fill as `EXPLAIN` lists them,
+/// `name` naming a column by index.
+pub(super) fn describe_keys(
+    name: &dyn Fn(usize) -> String,
+    series: &[usize],
+    fills: &[(usize, FillMethod)],
+) -> (String, String) {
+    let series: Vec<String> = series.iter().map(|&i| name(i)).collect();
+    let fills: Vec<String> = fills
+        .iter()
+        .map(|(i, m)| format!("{m}({})", name(*i)))
+        .collect();
+    (series.join(", "), fills.join(", "))
+}
+
 /// One bound of the time range: `time >= expr` (`inclusive`) or `time > expr` for a lower
 /// bound, `<=` / `<` for an upper one. `expr` reads no column.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Hash)]
@@ -231,12 +246,7 @@ impl UserDefinedLogicalNodeCore for GapFill {
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let name = |i: usize| self.schema.field(i).name().clone();
-        let series: Vec<String> = self.series_columns.iter().map(|&i| name(i)).collect();
-        let fills: Vec<String> = self
-            .fills
-            .iter()
-            .map(|(i, m)| format!("{m}({})", name(*i)))
-            .collect();
+        let (series, fills) = describe_keys(&name, &self.series_columns, &self.fills);
         let bounds = |bounds: &[Bound], strict: &str, inclusive: &str| {
             bounds
                 .iter()
@@ -256,10 +266,10 @@ impl UserDefinedLogicalNodeCore for GapFill {
             name(self.time_column),
             self.bucket.width,
             self.bucket.origin,
-            series.join(", "),
+            series,
             bounds(&self.lower, ">", ">="),
             bounds(&self.upper, "<", "<="),
-            fills.join(", ")
+            fills
         )
     }
 
