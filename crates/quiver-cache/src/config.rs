@@ -32,6 +32,11 @@ pub struct CacheConfig {
     /// 0 seconds) they bypass the cache.
     #[serde(rename = "cache_clock_granularity_secs", with = "secs_or_zero")]
     pub clock_granularity: Option<Duration>,
+    /// Let aggregates over time ranges reuse the partial results of stretches of time
+    /// ("time parts") whose rows did not change since an earlier query computed them, so a
+    /// rolling window recomputes only its changed edges (kept in a quarter of the capacity).
+    #[serde(rename = "cache_reuse_parts")]
+    pub reuse_parts: bool,
 }
 
 impl Default for CacheConfig {
@@ -60,6 +65,7 @@ impl CacheConfig {
             ttl: Duration::from_secs(3600),
             idle: Duration::from_secs(600),
             clock_granularity: None,
+            reuse_parts: true,
         }
     }
 

@@ -21,6 +21,7 @@ mod cache;
 mod config;
 mod entry;
 mod key;
+mod parts;
 mod service;
 mod stats;
 

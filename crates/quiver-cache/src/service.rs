@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use quiver_influxql::ast::Statement as InfluxqlStatement;
 use quiver_model::AccessScope;
 use quiver_query::governance::{QueryControl, StopReason};
+use quiver_query::reuse::{PartReuse, PartsReport};
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
     ScannedTable,
@@ -29,6 +30,7 @@ use crate::cache::Entries;
 use crate::config::CacheConfig;
 use crate::entry::{batches_size, compact, CachedResult, EncodingKey};
 use crate::key::{CacheKey, KeySpec};
+use crate::parts::Parts;
 use crate::stats::{CacheStats, Counters};
 
 /// Statements longer than this are analysed afresh each time rather than remembered by text.
@@ -73,6 +75,9 @@ pub enum Verdict {
     Miss,
     /// Not cacheable, or the caller asked to skip the cache: run, not stored.
     Bypass,
+    /// Not in the cache as a whole, but computed in part from time parts that earlier
+    /// queries computed and whose rows have not changed since ([`quiver_query::reuse`]).
+    Partial,
 }
 
 impl Verdict {
@@ -82,6 +87,7 @@ impl Verdict {
             Verdict::Hit => "HIT",
             Verdict::Miss => "MISS",
             Verdict::Bypass => "BYPASS",
+            Verdict::Partial => "PARTIAL",
         }
     }
 }
@@ -164,6 +170,10 @@ pub struct QueryService {
     /// Analyses by database and exact SQL text: an exact repeat skips parsing (never the
     /// version check, which needs no parsing).
     analyses: Cache<String, Arc<QueryAnalysis>>,
+    /// Time parts of aggregates, for rolling windows to reuse.
+    parts: Arc<Parts>,
+    /// What reusing parts did, over all queries.
+    part_totals: Arc<PartsReport>,
 }
 
 impl QueryService {
@@ -172,6 +182,8 @@ impl QueryService {
         let counters = Arc::new(Counters::default());
         let service = Arc::new(QueryService {
             entries: Entries::new(&config, counters.clone()),
+            parts: Arc::new(Parts::new(&config)),
+            part_totals: Arc::default(),
             engine,
             config,
             counters,
@@ -341,9 +353,13 @@ impl QueryService {
             params: params.clone(),
             now: None,
             control: how.control.clone(),
+            parts: None,
         };
         if !self.config.enabled || how.no_cache || how.control.skip_rollups {
             return Lookup::Bypass(options);
+        }
+        if self.config.reuse_parts && !matches!(analysis.cacheability, Cacheability::Never(_)) {
+            options.parts = Some(self.part_reuse(how.scope));
         }
         let clock_bucket = match (&analysis.cacheability, self.config.clock_granularity) {
             (Cacheability::Never(_), _) | (Cacheability::ClockDependent, None) => {
@@ -399,6 +415,7 @@ impl QueryService {
             });
         }
         Counters::bump(&self.counters.misses);
+        let report = options.parts.as_ref().map(|parts| parts.report.clone());
         let body = match self
             .join_flight(&key, analysis.clone(), options.clone())
             .await
@@ -414,9 +431,30 @@ impl QueryService {
             }
         };
         Ok(Answer {
-            verdict: Verdict::Miss,
+            verdict: self.partial_or(report.as_deref(), Verdict::Miss),
             body,
         })
+    }
+
+    /// `Partial` if the query `report` is of reused a part, else `otherwise`.
+    fn partial_or(&self, report: Option<&PartsReport>, otherwise: Verdict) -> Verdict {
+        match report.is_some_and(|r| r.reused_parts() > 0) {
+            true => {
+                Counters::bump(&self.counters.partial_hits);
+                Verdict::Partial
+            }
+            false => otherwise,
+        }
+    }
+
+    /// Lets a query of `scope` reuse time parts.
+    fn part_reuse(&self, scope: &AccessScope) -> PartReuse {
+        PartReuse {
+            store: self.parts.clone(),
+            report: Arc::default(),
+            totals: self.part_totals.clone(),
+            namespace: format!("{}\u{1}{scope:?}", self.engine.semantic_settings()),
+        }
     }
 
     async fn bypass(
@@ -426,8 +464,9 @@ impl QueryService {
     ) -> Result<Answer, Arc<QueryError>> {
         let output = self.run(analysis, options).await?;
         Counters::bump(&self.counters.bypasses);
+        let report = options.parts.as_ref().map(|parts| parts.report.as_ref());
         Ok(Answer {
-            verdict: Verdict::Bypass,
+            verdict: self.partial_or(report, Verdict::Bypass),
             body: AnswerBody::Streamed(output),
         })
     }
@@ -617,13 +656,23 @@ impl QueryService {
 
     /// Entries, bytes and counters.
     pub fn stats(&self) -> CacheStats {
-        self.entries.stats()
+        let mut stats = self.entries.stats();
+        self.parts.settle();
+        self.add_part_stats(&mut stats);
+        stats
+    }
+
+    fn add_part_stats(&self, stats: &mut CacheStats) {
+        let (parts, bytes) = self.parts.size();
+        let totals = &self.part_totals;
+        stats.add_parts(parts, bytes, totals.reused_rows(), totals.computed_rows());
     }
 
     /// Drops every cached answer (and every remembered analysis); returns how many answers
     /// there were.
     pub fn clear(&self) -> u64 {
         self.analyses.invalidate_all();
+        self.parts.clear();
         self.entries.clear()
     }
 
@@ -631,7 +680,8 @@ impl QueryService {
         if tracing::enabled!(tracing::Level::DEBUG) {
             // Approximate entries and bytes: settling the cache per query would change what
             // is measured.
-            let stats = self.entries.approximate_stats();
+            let mut stats = self.entries.approximate_stats();
+            self.add_part_stats(&mut stats);
             tracing::debug!(
                 verdict = verdict.as_str(),
                 entries = stats.entries,
@@ -639,6 +689,8 @@ impl QueryService {
                 hits = stats.hits,
                 misses = stats.misses,
                 bypasses = stats.bypasses,
+                partial_hits = stats.partial_hits,
+                part_rows_reused_ratio = stats.part_rows_reused_ratio,
                 hit_ratio = stats.hit_ratio,
                 evictions = stats.evictions,
                 invalidations = stats.invalidations,

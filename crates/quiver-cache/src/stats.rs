@@ -18,6 +18,7 @@ pub(crate) struct Counters {
     pub invalidations: AtomicU64,
     pub evictions: AtomicU64,
     pub expirations: AtomicU64,
+    pub partial_hits: AtomicU64,
 }
 
 impl Counters {
@@ -48,6 +49,12 @@ impl Counters {
             invalidations: get(&self.invalidations),
             evictions: get(&self.evictions),
             expirations: get(&self.expirations),
+            partial_hits: get(&self.partial_hits),
+            parts: 0,
+            part_bytes: 0,
+            part_rows_reused: 0,
+            part_rows_computed: 0,
+            part_rows_reused_ratio: 0.0,
         }
     }
 }
@@ -85,4 +92,32 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Entries dropped by TTL or idle expiry.
     pub expirations: u64,
+    /// Queries not answered whole from the cache but in part from reused time parts
+    /// (`PARTIAL`; counted among misses or bypasses too).
+    pub partial_hits: u64,
+    /// Time parts held (partial results of aggregates over stretches of time).
+    pub parts: u64,
+    /// Bytes the time parts hold.
+    pub part_bytes: u64,
+    /// Partial-result rows queries took from reused parts.
+    pub part_rows_reused: u64,
+    /// Partial-result rows queries that could reuse parts computed from the table's rows.
+    pub part_rows_computed: u64,
+    /// `part_rows_reused / (part_rows_reused + part_rows_computed)`: the share of those
+    /// queries' partial results served from cached parts.
+    pub part_rows_reused_ratio: f64,
+}
+
+impl CacheStats {
+    /// Adds the time parts' state and counters.
+    pub(crate) fn add_parts(&mut self, parts: u64, bytes: u64, reused: u64, computed: u64) {
+        self.parts = parts;
+        self.part_bytes = bytes;
+        self.part_rows_reused = reused;
+        self.part_rows_computed = computed;
+        self.part_rows_reused_ratio = match reused + computed {
+            0 => 0.0,
+            all => reused as f64 / all as f64,
+        };
+    }
 }

@@ -20,6 +20,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
     body["ttl_secs"] = json!(config.ttl.as_secs());
     body["idle_secs"] = json!(config.idle.as_secs());
     body["clock_granularity_secs"] = json!(config.clock_granularity.map(|g| g.as_secs()));
+    body["reuse_parts"] = json!(config.reuse_parts);
     Json(body)
 }
 

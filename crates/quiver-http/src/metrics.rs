@@ -129,6 +129,18 @@ fn describe() {
             "Result cache entries evicted.",
         ),
         (
+            "quiver_result_cache_partial_hits_total",
+            "Queries answered in part from reused time parts (PARTIAL).",
+        ),
+        (
+            "quiver_result_cache_part_rows_reused_total",
+            "Partial-result rows taken from reused time parts.",
+        ),
+        (
+            "quiver_result_cache_part_rows_computed_total",
+            "Partial-result rows computed by queries that could reuse time parts.",
+        ),
+        (
             "quiver_chunk_cache_hits_total",
             "Parquet metadata and chunk lookups served from the chunk cache.",
         ),
@@ -165,6 +177,10 @@ fn describe() {
         (
             "quiver_result_cache_entries",
             "Entries the result cache holds.",
+        ),
+        (
+            "quiver_result_cache_part_bytes",
+            "Bytes the result cache's time parts hold.",
         ),
         ("quiver_chunk_cache_bytes", "Bytes the chunk cache holds."),
         ("quiver_plan_cache_plans", "Plans the plan cache holds."),
@@ -242,6 +258,10 @@ fn record_layer_stats(app: &AppState) {
     counter!("quiver_result_cache_evictions_total").absolute(cache.evictions);
     gauge!("quiver_result_cache_bytes").set(cache.bytes as f64);
     gauge!("quiver_result_cache_entries").set(cache.entries as f64);
+    counter!("quiver_result_cache_partial_hits_total").absolute(cache.partial_hits);
+    counter!("quiver_result_cache_part_rows_reused_total").absolute(cache.part_rows_reused);
+    counter!("quiver_result_cache_part_rows_computed_total").absolute(cache.part_rows_computed);
+    gauge!("quiver_result_cache_part_bytes").set(cache.part_bytes as f64);
     let queries = app.queries.engine().governor().list();
     let running = queries
         .iter()

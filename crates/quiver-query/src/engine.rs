@@ -38,6 +38,7 @@ use crate::options::QueryOptions;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
+use crate::reuse::{PartReuse, PartsReuseRule};
 use crate::rollup::{Maintainer, RollupRouteRule, Rollups, RoutingNotes, RoutingSettings};
 use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
 use crate::statement_limits::{self, StatementLimits};
@@ -98,6 +99,9 @@ pub struct ExecuteOptions {
     pub now: Option<DateTime<Utc>>,
     /// Where the query came from, its time limit and its cancellation.
     pub control: QueryControl,
+    /// Lets aggregates over time ranges reuse parts computed by earlier queries
+    /// ([`crate::reuse`]); `None`: computed whole.
+    pub parts: Option<PartReuse>,
 }
 
 impl QueryEngine {
@@ -182,6 +186,7 @@ impl QueryEngine {
         ctx.add_analyzer_rule(Arc::new(RollupRouteRule {
             rollups: self.rollups.clone(),
         }));
+        ctx.add_analyzer_rule(Arc::new(PartsReuseRule));
         ctx.add_analyzer_rule(Arc::new(LatestRowsRule));
         ctx.add_analyzer_rule(Arc::new(TimeOrderLimitRule));
         ctx.add_analyzer_rule(Arc::new(FilterOrderRule));
@@ -320,14 +325,27 @@ impl QueryEngine {
         let params = options.params.to_param_values();
         // a plan kept for routed runs is not one that reads raw rows only
         let rollups = match options.control.skip_rollups {
-            true => {
-                let settings = RoutingSettings { use_rollups: false };
-                state.config_mut().options_mut().extensions.insert(settings);
-                None
-            }
+            true => None,
             false => Some(self.rollups.generation()),
         };
-        let slot = PlanCache::slot(&self.store, analysis, &visible, params.is_some(), rollups);
+        let extensions = &mut state.config_mut().options_mut().extensions;
+        let mut routing = extensions
+            .get::<RoutingSettings>()
+            .cloned()
+            .unwrap_or_default();
+        routing.use_rollups &= rollups.is_some();
+        routing.reuse_parts = options.parts.is_some();
+        extensions.insert(routing);
+        if let Some(parts) = &options.parts {
+            state.config_mut().set_extension(Arc::new(parts.clone()));
+        }
+        let slot = PlanCache::slot(
+            &self.store,
+            analysis,
+            &visible,
+            params.is_some(),
+            (rollups, options.parts.is_some()),
+        );
         let kept = slot.as_ref().and_then(|slot| self.plans.physical(slot));
         let (schema, physical) = match kept {
             Some(kept) => kept,

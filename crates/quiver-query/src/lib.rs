@@ -25,6 +25,7 @@ mod params;
 mod plan_cache;
 mod plan_nodes;
 mod provider;
+pub mod reuse;
 mod rollup;
 mod run_states;
 mod series_filter;

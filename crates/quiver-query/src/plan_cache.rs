@@ -89,6 +89,8 @@ struct PlanKey {
     canonical: String,
     /// Routing to rollups: off (`None`), or on under this generation of rollups.
     rollups: Option<u64>,
+    /// Whether aggregates read reused time parts ([`crate::reuse`]).
+    reuse_parts: bool,
 }
 
 /// A plan, the schema of the statement's answer, and the tables (with their schemas) it was
@@ -167,7 +169,7 @@ impl PlanCache {
         analysis: &QueryAnalysis,
         visible: &VisibleDatabases,
         has_params: bool,
-        rollups: Option<u64>,
+        (rollups, reuse_parts): (Option<u64>, bool),
     ) -> Option<PlanSlot> {
         if has_params
             || analysis.cacheability != Cacheability::Deterministic
@@ -191,6 +193,7 @@ impl PlanCache {
                 dialect: analysis.dialect,
                 canonical: analysis.canonical.clone(),
                 rollups,
+                reuse_parts,
             },
             tables,
         })

@@ -161,12 +161,27 @@ impl TableProvider for QuiverTable {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let snapshot = self.table.snapshot().map_err(external)?;
-        let now_ns = query_now_ns(state);
-        note_read(state, &self.table, &snapshot, now_ns);
-        let cutoff = self.table.retention_filter_ns(&snapshot, now_ns);
+        note_read(state, &self.table, &snapshot, query_now_ns(state));
+        self.scan_of(state, &snapshot, projection, filters)
+    }
+}
+
+impl QuiverTable {
+    /// The plan reading `snapshot` of the table (noted by the caller) with `projection` and
+    /// `filters`, rows the query's retention cutoff removes left out.
+    pub(crate) fn scan_of(
+        &self,
+        state: &dyn Session,
+        snapshot: &TableSnapshot,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let cutoff = self
+            .table
+            .retention_filter_ns(snapshot, query_now_ns(state));
         match cutoff {
-            None => self.scan_snapshot(state, &snapshot, projection, filters),
-            Some(cutoff) => self.scan_retained(state, &snapshot, (projection, filters), cutoff),
+            None => self.scan_snapshot(state, snapshot, projection, filters),
+            Some(cutoff) => self.scan_retained(state, snapshot, (projection, filters), cutoff),
         }
     }
 }

@@ -561,6 +561,7 @@ mod tests {
             "cache_ttl_secs",
             "cache_idle_secs",
             "cache_clock_granularity_secs",
+            "cache_reuse_parts",
             "auth",
             "rate_limit_requests_per_sec",
             "rate_limit_write_bytes_per_sec",

@@ -44,6 +44,7 @@ mod series;
 mod table;
 #[cfg(test)]
 mod test_rows;
+mod time_versions;
 mod value_caches;
 mod wal_record;
 
@@ -79,6 +80,7 @@ pub use rollup::{Coverage, RollupDefinition, RollupState, RollupStats};
 pub use rollup_ranges::Ranges;
 pub use rollup_registry::{RollupRegistry, MAX_ROLLUPS_PER_TABLE, ROLLUPS_DIR};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
+pub use time_versions::VERSION_CHUNK_NS;
 pub use value_caches::{
     ValueCache, ValueCacheKind, ValueCaches, MAX_VALUE_CACHES_PER_TABLE, VALUE_CACHES_FILE,
 };

@@ -21,6 +21,7 @@ use crate::dedup::compact_dictionaries;
 use crate::error::StorageError;
 use crate::limits::StoreLimits;
 use crate::retention::RetentionCell;
+use crate::time_versions::TimeVersions;
 
 /// The last table version handed out in this process. Versions come from one counter for
 /// every table, so a table dropped and created again under the same name never repeats a
@@ -177,12 +178,22 @@ struct TableState {
     /// Persisted files in write order.
     files: Arc<Vec<Arc<ParquetFile>>>,
     version: u64,
+    /// The version of each stretch of time ([`crate::time_versions`]).
+    time_versions: TimeVersions,
     /// Set once the table is dropped: it takes no rows any more and its files are freed.
     dropped: bool,
     /// Bumped whenever chunks move between `live`, `frozen` and `files`, so a snapshot
     /// computed across such a move is neither cached nor used to compact `live`.
     generation: u64,
     snapshot: Option<Arc<TableSnapshot>>,
+}
+
+impl TableState {
+    /// A new version for a change that may touch rows of any time.
+    fn change_all_times(&mut self) {
+        self.version = next_version();
+        self.time_versions.raise_all(self.version);
+    }
 }
 
 /// A table: a named, versioned, append-only set of rows with an evolving schema.
@@ -234,6 +245,7 @@ impl Table {
             frozen: None,
             files: Arc::new(files),
             version,
+            time_versions: TimeVersions::new(version),
             dropped: false,
             generation: 0,
             snapshot: None,
@@ -276,6 +288,19 @@ impl Table {
     /// the same schema.
     pub fn version(&self) -> u64 {
         self.state.read().version
+    }
+
+    /// The table's version and, in the same instant, the version of the rows of each
+    /// stretch of time `[start, end)` in `stretches` ([`crate::time_versions`]): a stretch's
+    /// version changes whenever one of its rows may have, so a result computed from its rows
+    /// at one version holds for every read at that version.
+    pub fn time_versions(&self, stretches: &[(i64, i64)]) -> (u64, Vec<u64>) {
+        let state = self.state.read();
+        let versions = stretches
+            .iter()
+            .map(|&(start, end)| state.time_versions.of_range(start, end))
+            .collect();
+        (state.version, versions)
     }
 
     /// The oldest `time` (ns) a query running at `now_ns` may see (see
@@ -454,7 +479,7 @@ impl Table {
             crate::compaction::splice_merged(&state.files, |f| f.entry.id, replaced, merged);
         state.files = Arc::new(files);
         if new_version && !gone.is_empty() {
-            state.version = next_version();
+            state.change_all_times();
         }
         state.generation += 1;
         state.snapshot = None;
@@ -469,7 +494,7 @@ impl Table {
         state.dropped = true;
         state.runs.clear();
         state.live.clear();
-        state.version = next_version();
+        state.change_all_times();
         state.generation += 1;
         state.snapshot = None;
         std::mem::take(&mut state.live_bytes)
@@ -627,7 +652,7 @@ pub(crate) fn prepare_rows(
     for (state, added) in guards.iter_mut().zip(plans) {
         if !added.is_empty() {
             // Reserved columns are visible to queries now: a new schema is a new version.
-            state.version = next_version();
+            state.change_all_times();
             add_columns(state, added);
         }
     }
@@ -725,8 +750,11 @@ pub(crate) fn schema_of(columns: &BTreeMap<String, ColumnType>) -> SchemaRef {
 fn push_chunk(state: &mut TableState, batch: RecordBatch) -> usize {
     let bytes = crate::memory::retained_bytes(&batch);
     state.live_bytes += bytes;
-    state.live.push(batch);
     state.version = next_version();
+    if let Ok(times) = time_column(&batch) {
+        state.time_versions.raise_times(times, state.version);
+    }
+    state.live.push(batch);
     state.snapshot = None;
     bytes
 }

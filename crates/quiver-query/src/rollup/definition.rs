@@ -11,6 +11,7 @@ use arrow::datatypes::DataType;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
+use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::datetime::expr_fn::date_bin;
 use datafusion::functions_aggregate::expr_fn::{count, first_value, last_value, max, min, sum};
 use datafusion::logical_expr::expr::{AggregateFunction, ScalarFunction};
@@ -76,7 +77,7 @@ impl State {
     }
 
     /// The aggregate computing the state from raw rows, named [`State::name`].
-    fn partial(&self) -> Expr {
+    pub(crate) fn partial(&self) -> Expr {
         let field = || {
             Expr::Column(Column::new_unqualified(
                 self.column.clone().unwrap_or_default(),
@@ -217,7 +218,9 @@ impl Derivable {
         let states = self.states();
         let state = |i: usize| states[i].column();
         match self.function {
-            Function::Sum | Function::Count | Function::CountRows => sum(state(0)),
+            Function::Sum => sum(state(0)),
+            // a count of no rows is 0, not the null a sum of no partial counts is
+            Function::Count | Function::CountRows => coalesce(vec![sum(state(0)), lit(0i64)]),
             Function::Min => min(state(0)),
             Function::Max => max(state(0)),
             Function::Avg => {

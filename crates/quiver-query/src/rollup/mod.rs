@@ -14,8 +14,8 @@
 
 pub(crate) mod definition;
 mod maintain;
-mod parts;
-mod route;
+pub(crate) mod parts;
+pub(crate) mod route;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -41,6 +41,9 @@ extensions_options! {
     pub struct RoutingSettings {
         /// Answer aggregates from rollups where that is exact (`quiver.use_rollups`).
         pub use_rollups: bool, default = true
+        /// Answer aggregates over time ranges from reused time parts where that is exact
+        /// (set by the engine for queries the result cache lets reuse parts).
+        pub reuse_parts: bool, default = false
     }
 }
 

@@ -23,7 +23,7 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_model::schema::TIME_COLUMN;
-use quiver_storage::{Ranges, RollupState};
+use quiver_storage::{Ranges, RollupState, TableSnapshot};
 
 use super::definition::RollupSpec;
 use super::route::QueryFilters;
@@ -57,7 +57,7 @@ impl RollupParts {
         base: QuiverTable,
         filters: QueryFilters,
     ) -> Result<Self> {
-        let raw = provider_as_source(Arc::new(RawRows(base.clone())));
+        let raw = provider_as_source(Arc::new(RawRows::of(base.clone())));
         let partial = spec.partial_plan(raw, base.table().name(), None)?;
         let fields: Vec<Field> = partial
             .schema()
@@ -78,24 +78,7 @@ impl RollupParts {
     /// `None` if a time conjunct does not fold to a plain comparison (then nothing is
     /// covered).
     fn time_range(&self, state: &dyn Session) -> Option<(Option<i64>, Option<i64>)> {
-        let schema = Arc::new(DFSchema::try_from(self.base.schema()).ok()?);
-        let context = SimplifyContext::builder()
-            .with_schema(schema)
-            .with_query_execution_start_time(state.execution_props().query_execution_start_time)
-            .build();
-        let simplifier = ExprSimplifier::new(context);
-        let mut folded = Vec::new();
-        for conjunct in &self.filters.time {
-            let simple = simplifier.simplify(conjunct.clone()).ok()?;
-            if !is_time_bound(&simple) {
-                return None;
-            }
-            folded.push(simple);
-        }
-        let bounds = time_bounds(&folded);
-        let lo = (bounds.min != i64::MIN).then_some(bounds.min);
-        let hi = (bounds.max != i64::MAX).then(|| bounds.max.saturating_add(1));
-        Some((lo, hi))
+        folded_time_range(&self.base, &self.filters.time, state)
     }
 
     /// The kept rows of `covered`, filtered by the query's tag conjuncts, cast to the parts'
@@ -132,10 +115,38 @@ impl RollupParts {
     fn raw_plan(&self, uncovered: &Ranges) -> Result<LogicalPlan> {
         let mut filter = self.filters.raw.clone();
         filter.extend(time_ranges(uncovered));
-        let source = provider_as_source(Arc::new(RawRows(self.base.clone())));
+        let source = provider_as_source(Arc::new(RawRows::of(self.base.clone())));
         self.spec
             .partial_plan(source, self.base.table().name(), conjunction(filter))
     }
+}
+
+/// The time range `[lo, hi)` that `conjuncts` (each on `time`, columns unqualified) of a query
+/// over `base` ask for at the query's clock (`None` for an end they leave open); `None` if a
+/// conjunct does not fold to a plain comparison.
+pub(crate) fn folded_time_range(
+    base: &QuiverTable,
+    conjuncts: &[Expr],
+    state: &dyn Session,
+) -> Option<(Option<i64>, Option<i64>)> {
+    let schema = Arc::new(DFSchema::try_from(base.schema()).ok()?);
+    let context = SimplifyContext::builder()
+        .with_schema(schema)
+        .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+        .build();
+    let simplifier = ExprSimplifier::new(context);
+    let mut folded = Vec::new();
+    for conjunct in conjuncts {
+        let simple = simplifier.simplify(conjunct.clone()).ok()?;
+        if !is_time_bound(&simple) {
+            return None;
+        }
+        folded.push(simple);
+    }
+    let bounds = time_bounds(&folded);
+    let lo = (bounds.min != i64::MIN).then_some(bounds.min);
+    let hi = (bounds.max != i64::MAX).then(|| bounds.max.saturating_add(1));
+    Some((lo, hi))
 }
 
 /// `uncovered` (or `covered`) as one disjunction of `time` ranges; nothing for an unbounded
@@ -237,15 +248,38 @@ impl TableProvider for RollupParts {
     }
 }
 
-/// The base table's rows for the raw part: a [`QuiverTable`] the router does not recognise,
-/// so the raw part's aggregate is not routed again.
+/// The base table's rows for the raw part: a [`QuiverTable`] the router (and the reuse of
+/// time parts) does not recognise, so the raw part's aggregate is not routed again. Read as
+/// of the table's snapshot when the scan is planned, or as of a `pinned` one (every computed
+/// part of a query with reused time parts reads the snapshot their versions were taken with).
 #[derive(Debug)]
-pub(crate) struct RawRows(pub(crate) QuiverTable);
+pub(crate) struct RawRows {
+    table: QuiverTable,
+    pinned: Option<Arc<TableSnapshot>>,
+}
+
+impl RawRows {
+    /// The rows of `table` as the scan finds them.
+    pub(crate) fn of(table: QuiverTable) -> Self {
+        RawRows {
+            table,
+            pinned: None,
+        }
+    }
+
+    /// The rows of `table` as of `snapshot` (noted by the caller).
+    pub(crate) fn pinned(table: QuiverTable, snapshot: Arc<TableSnapshot>) -> Self {
+        RawRows {
+            table,
+            pinned: Some(snapshot),
+        }
+    }
+}
 
 #[async_trait]
 impl TableProvider for RawRows {
     fn schema(&self) -> SchemaRef {
-        self.0.schema()
+        self.table.schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -256,7 +290,7 @@ impl TableProvider for RawRows {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        self.0.supports_filters_pushdown(filters)
+        self.table.supports_filters_pushdown(filters)
     }
 
     async fn scan(
@@ -266,7 +300,10 @@ impl TableProvider for RawRows {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.0.scan(state, projection, filters, limit).await
+        match &self.pinned {
+            Some(snapshot) => self.table.scan_of(state, snapshot, projection, filters),
+            None => self.table.scan(state, projection, filters, limit).await,
+        }
     }
 }
 

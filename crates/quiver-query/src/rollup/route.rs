@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::ExprSchema;
 use datafusion::common::TableReference;
+use datafusion::common::{DFSchemaRef, ExprSchema};
 use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::error::Result;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
@@ -66,11 +66,15 @@ impl AnalyzerRule for RollupRouteRule {
     }
 }
 
-/// A query aggregate over one Quiver table, as the router reads it.
-struct QueryShape<'a> {
-    aggregate: &'a Aggregate,
-    table: QuiverTable,
-    conjuncts: Vec<Expr>,
+/// A query aggregate over one Quiver table, as the router (and the reuse of time parts)
+/// reads it.
+pub(crate) struct QueryShape<'a> {
+    /// The aggregate.
+    pub(crate) aggregate: &'a Aggregate,
+    /// The table it reads.
+    pub(crate) table: QuiverTable,
+    /// The conjuncts of its filter (columns qualified).
+    pub(crate) conjuncts: Vec<Expr>,
 }
 
 /// How a query is answered from one rollup.
@@ -132,7 +136,8 @@ impl RollupRouteRule {
 }
 
 impl<'a> QueryShape<'a> {
-    fn read(aggregate: &'a Aggregate) -> Option<Self> {
+    /// The aggregate, if it reads one Quiver table (through a filter, or not).
+    pub(crate) fn read(aggregate: &'a Aggregate) -> Option<Self> {
         let (predicate, scan) = match aggregate.input.as_ref() {
             LogicalPlan::Filter(filter) => (Some(&filter.predicate), filter.input.as_ref()),
             other => (None, other),
@@ -254,7 +259,7 @@ impl<'a> QueryShape<'a> {
 }
 
 /// `time <op> <expression of no column>` or `time BETWEEN a AND b` with constant ends.
-fn is_time_predicate(expr: &Expr) -> bool {
+pub(crate) fn is_time_predicate(expr: &Expr) -> bool {
     let constant = |e: &Expr| e.column_refs().is_empty() && !matches!(e, Expr::ScalarSubquery(_));
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
@@ -291,7 +296,12 @@ fn routed_plan(
     let merged = LogicalPlanBuilder::scan(reference, provider_as_source(Arc::new(parts)), None)?
         .aggregate(route.group, route.merges)?
         .build()?;
-    let original = query.aggregate.schema.clone();
+    renamed_like(merged, &query.aggregate.schema)
+}
+
+/// `merged` projected to `original`'s column names, qualifiers and types (by position), so
+/// that the plan above a replaced aggregate does not notice.
+pub(crate) fn renamed_like(merged: LogicalPlan, original: &DFSchemaRef) -> Result<LogicalPlan> {
     let renamed: Vec<Expr> = merged
         .schema()
         .columns()

@@ -1,0 +1,256 @@
+//! `PartCollectExec`: passes an aggregate's rows on (without their part column, if they have
+//! one) and, once every row was read, keeps the rows of each missed part in the store (a part with no
+//! rows too: it is as reusable as any). A query that fails or is cancelled keeps nothing.
+//! Bounded: a part whose rows outgrow the store's largest part is let go as soon as it does,
+//! and all of them once together they outgrow the store.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch, Scalar, TimestampNanosecondArray};
+use arrow::compute::filter_record_batch;
+use arrow::compute::kernels::cmp::eq;
+use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::Boundedness;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::StreamExt;
+
+use super::{PartKey, PartReuse, PartRows};
+use crate::plan_nodes::{only_child, only_partition};
+
+/// Which part a computed row belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PartOf {
+    /// The start of its part is in this column, which is not passed on.
+    Column(usize),
+    /// Its time bucket starts in this column, in the part of `width` holding it.
+    Bucket {
+        /// The bucket column.
+        column: usize,
+        /// The parts' width.
+        width: i64,
+    },
+}
+
+/// Keeps the missed parts an aggregate computes (module docs).
+#[derive(Debug)]
+pub(crate) struct PartCollectExec {
+    input: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    part_of: PartOf,
+    missed: Arc<Vec<PartKey>>,
+    reuse: PartReuse,
+    properties: Arc<PlanProperties>,
+}
+
+impl PartCollectExec {
+    /// Passes `input`'s rows on as `schema` (without the part column if `part_of` names
+    /// one), keeping the `missed` parts in `reuse`'s store.
+    pub(crate) fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        schema: SchemaRef,
+        part_of: PartOf,
+        missed: Vec<PartKey>,
+        reuse: PartReuse,
+    ) -> Result<Self> {
+        let extra = usize::from(matches!(part_of, PartOf::Column(_)));
+        if input.schema().fields().len() != schema.fields().len() + extra {
+            return Err(DataFusionError::Internal(format!(
+                "PartCollectExec: the aggregate has {} columns, the parts {} (and {extra} part column)",
+                input.schema().fields().len(),
+                schema.fields().len()
+            )));
+        }
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            input.properties().emission_type,
+            Boundedness::Bounded,
+        ));
+        Ok(PartCollectExec {
+            input,
+            schema,
+            part_of,
+            missed: Arc::new(missed),
+            reuse,
+            properties,
+        })
+    }
+}
+
+impl DisplayAs for PartCollectExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "PartCollectExec: parts to keep={}", self.missed.len())
+    }
+}
+
+impl ExecutionPlan for PartCollectExec {
+    fn name(&self) -> &str {
+        "PartCollectExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(PartCollectExec::try_new(
+            only_child(children, "PartCollectExec")?,
+            self.schema.clone(),
+            self.part_of,
+            self.missed.as_ref().clone(),
+            self.reuse.clone(),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        only_partition(partition, "PartCollectExec")?;
+        let input = self.input.execute(0, context)?;
+        let collector = Collector {
+            schema: self.schema.clone(),
+            part_of: self.part_of,
+            missed: self
+                .missed
+                .iter()
+                .map(|key| (key.start, (key.clone(), Vec::new())))
+                .collect(),
+            reuse: self.reuse.clone(),
+            rows: 0,
+            gathered_bytes: 0,
+        };
+        let stream = futures::stream::unfold(
+            (input, Some(collector)),
+            |(mut input, mut collector)| async move {
+                let collecting = collector.as_mut()?;
+                match input.next().await {
+                    Some(Ok(batch)) => {
+                        let passed = collecting.take(&batch);
+                        Some((passed, (input, collector)))
+                    }
+                    // nothing is kept of a query that fails
+                    Some(Err(e)) => Some((Err(e), (input, None))),
+                    None => {
+                        collector.take()?.keep();
+                        None
+                    }
+                }
+            },
+        );
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+/// The rows of the missed parts, gathered as they pass.
+struct Collector {
+    schema: SchemaRef,
+    part_of: PartOf,
+    /// Each missed part by its start, with its rows so far.
+    missed: HashMap<i64, (PartKey, Vec<RecordBatch>)>,
+    reuse: PartReuse,
+    /// Rows passed on.
+    rows: usize,
+    /// Bytes of the missed parts' rows gathered so far.
+    gathered_bytes: usize,
+}
+
+impl Collector {
+    /// `batch` as passed on; the rows of missed parts kept aside.
+    fn take(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let mut columns = batch.columns().to_vec();
+        let (times, width) = match self.part_of {
+            PartOf::Column(column) => (columns.remove(column), None),
+            PartOf::Bucket { column, width } => (columns[column].clone(), Some(width)),
+        };
+        let passed = RecordBatch::try_new(self.schema.clone(), columns)?;
+        self.rows += passed.num_rows();
+        let times = times
+            .as_primitive_opt::<TimestampNanosecondType>()
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "PartCollectExec: the part column is {}",
+                    times.data_type()
+                ))
+            })?;
+        let parts = match width {
+            None => times.clone().with_timezone_opt(None::<&str>),
+            Some(width) => {
+                times.unary::<_, TimestampNanosecondType>(|t| t.div_euclid(width) * width)
+            }
+        };
+        let starts: BTreeSet<i64> = parts.iter().flatten().collect();
+        for start in starts {
+            let Some((_, rows)) = self.missed.get_mut(&start) else {
+                continue;
+            };
+            let wanted = Scalar::new(TimestampNanosecondArray::from(vec![start]));
+            let mask = eq(&parts, &wanted)?;
+            let part_rows = filter_record_batch(&passed, &mask)?;
+            let bytes = part_rows.get_array_memory_size();
+            rows.push(part_rows);
+            self.gathered_bytes += bytes;
+            let part_bytes: usize = rows.iter().map(RecordBatch::get_array_memory_size).sum();
+            if part_bytes > self.reuse.store.max_part_bytes() {
+                self.gathered_bytes -= part_bytes;
+                self.missed.remove(&start);
+            }
+            if self.gathered_bytes > self.reuse.store.capacity_bytes() {
+                self.missed.clear();
+                self.gathered_bytes = 0;
+            }
+        }
+        Ok(passed)
+    }
+
+    /// Offers every missed part to the store and reports what was computed.
+    fn keep(self) {
+        let parts = self.missed.len();
+        for (_, (key, batches)) in self.missed {
+            let rows = batches.iter().map(RecordBatch::num_rows).sum();
+            let bytes = batches.iter().map(RecordBatch::get_array_memory_size).sum();
+            let part = PartRows {
+                batches,
+                rows,
+                bytes,
+            };
+            self.reuse.store.insert(key, Arc::new(part));
+        }
+        self.reuse.computed(parts, self.rows);
+    }
+}
