@@ -32,12 +32,13 @@ MIB = 1 << 20
 DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
 
 
-def readme_server(spawn_quiver: Spawn, tmp_path: Path, *args: str) -> SpawnedServer:
+def readme_server(spawn_quiver: Spawn, tmp_path: Path, *args: str,
+                  env: dict[str, str] | None = None) -> SpawnedServer:
     """`quiver serve` as the README runs it: in a fresh directory (so `./quiver-data`), on the
-    default ports."""
+    default ports (with `env` added to its environment)."""
     if not ports_free(DEFAULT_PORTS):
         pytest.fail(f"a default port of {DEFAULT_PORTS} is taken: stop whatever holds it")
-    server = spawn_quiver(*args, cwd=tmp_path, default_ports=True)
+    server = spawn_quiver(*args, cwd=tmp_path, default_ports=True, env=env)
     assert (tmp_path / "quiver-data").is_dir()
     return server
 

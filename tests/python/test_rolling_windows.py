@@ -8,6 +8,7 @@ never answered from parts they made stale; the stats and `/metrics` count what w
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -77,7 +78,9 @@ def settle_away_from_the_hour() -> None:
 
 def test_sliding_windows_reuse_parts_and_stay_exact(spawn_quiver: Spawn, tmp_path: Path):
     settle_away_from_the_hour()
-    server = readme_server(spawn_quiver, tmp_path)
+    # the README's command, logging every query's verdict (as the README shows how)
+    server = readme_server(spawn_quiver, tmp_path,
+                           env={"QUIVER_LOG_FILTER": "quiver_cache=debug,info"})
     now = time.time_ns() // MINUTE_NS * MINUTE_NS
     history = [now - m * MINUTE_NS for m in range(1, 5 * 60)]
     write_ok(server.http_url, DB, points(history, lambda t, h: (t // MINUTE_NS + h) % 100))
@@ -116,6 +119,8 @@ def test_sliding_windows_reuse_parts_and_stay_exact(spawn_quiver: Spawn, tmp_pat
             flight_rows = cursor.fetchall()
     assert [list(r) for r in flight_rows] == [list(r) for r in rows]
     assert cache_stats(server)["partial_hits"] >= partial_before + 2
+    # the log names the verdict whatever the protocol
+    assert len(re.findall(r'verdict="?PARTIAL', server.log())) >= verdicts.count("PARTIAL") + 2
 
     # persisted to Parquet: the same answers, parts still reused
     assert requests.post(f"{server.http_url}/api/v3/persist",
