@@ -74,6 +74,14 @@ fn window_query(shape: u64, start: i64, end: i64) -> String {
              count(*) AS c, min(n) AS lo FROM cpu WHERE time >= '{s}' AND time < '{e}' \
              GROUP BY 1, 2"
         ),
+        7 => format!(
+            // IGNORE NULLS: final rows per part, or (without a bucket) computed whole
+            "SELECT {} host, last_value(extra ORDER BY time) IGNORE NULLS AS lx, \
+             first_value(extra ORDER BY time) IGNORE NULLS AS fx FROM cpu \
+             WHERE time >= '{s}' AND time < '{e}' GROUP BY {}",
+            ["", "date_bin(INTERVAL '10 minutes', time) AS t,"][(start % 2) as usize],
+            ["host", "t, host"][(start % 2) as usize],
+        ),
         _ => format!(
             "SELECT date_bin(INTERVAL '1 minute', time) AS t, max(extra) AS x, sum(n) AS s \
              FROM cpu WHERE time >= '{s}' AND time < '{e}' GROUP BY 1 ORDER BY t DESC LIMIT 30"
@@ -139,7 +147,7 @@ async fn every_partial_answer_equals_an_uncached_execution_at_the_same_point() {
             0..=44 => {
                 let length = [2 * HOUR, 6 * HOUR][rng.below(2) as usize];
                 let end = head + MINUTE - rng.below(3) as i64 * 7_000_000_000;
-                let sql = window_query(rng.below(8), end - length, end);
+                let sql = window_query(rng.below(9), end - length, end);
                 let request = QueryRequest {
                     database: "db".into(),
                     sql: sql.clone(),

@@ -67,6 +67,9 @@ impl Database {
     pub(crate) fn set_retention(&self, setting: Option<RetentionPeriod>, default: RetentionPeriod) {
         *self.retention_setting.write() = setting;
         self.retention.set(setting.unwrap_or(default));
+        for table in self.tables.read().values() {
+            table.retention_changed();
+        }
     }
 
     /// Takes `name` out of the database (queries and writes from now on do not find it).

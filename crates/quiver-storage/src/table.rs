@@ -486,6 +486,14 @@ impl Table {
         gone
     }
 
+    /// The retention period changed: which rows a query sees changed without a write (and
+    /// rows may reappear where a longer period is set again), so the version moves on.
+    pub(crate) fn retention_changed(&self) {
+        let mut state = self.state.write();
+        state.change_all_times();
+        state.snapshot = None;
+    }
+
     /// Marks the table dropped and lets go of its live rows (rows being persisted go when
     /// the persist ends); returns the buffer bytes released. The version moves on, so caches
     /// drop what they hold of the table.
@@ -751,8 +759,10 @@ fn push_chunk(state: &mut TableState, batch: RecordBatch) -> usize {
     let bytes = crate::memory::retained_bytes(&batch);
     state.live_bytes += bytes;
     state.version = next_version();
-    if let Ok(times) = time_column(&batch) {
-        state.time_versions.raise_times(times, state.version);
+    match time_column(&batch) {
+        Ok(times) => state.time_versions.raise_times(times, state.version),
+        // never happens (every batch was checked): then the rows are of any time
+        Err(_) => state.time_versions.raise_all(state.version),
     }
     state.live.push(batch);
     state.snapshot = None;

@@ -210,9 +210,8 @@ impl Collector {
             })?;
         let parts = match width {
             None => times.clone().with_timezone_opt(None::<&str>),
-            Some(width) => {
-                times.unary::<_, TimestampNanosecondType>(|t| t.div_euclid(width) * width)
-            }
+            Some(width) => times
+                .unary::<_, TimestampNanosecondType>(|t| t.div_euclid(width).saturating_mul(width)),
         };
         let starts: BTreeSet<i64> = parts.iter().flatten().collect();
         for start in starts {

@@ -165,28 +165,17 @@ impl PartsShape {
         }
     }
 
-    /// Everything the partial results depend on besides the rows' time range.
+    /// Everything the partial results depend on besides the rows' time range, written
+    /// structurally (`Debug`: strings quoted and escaped, lists delimited), so two different
+    /// shapes never read alike.
     fn fingerprint(&self, table: &Table) -> String {
-        let list = |exprs: &[Expr]| {
-            exprs
-                .iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let values = match &self.values {
-            PartValues::States { states, .. } => {
-                let states: Vec<String> = states.iter().map(State::name).collect();
-                format!("states [{}]", states.join(", "))
-            }
-            PartValues::Final { aggregates, .. } => format!("final [{}]", list(aggregates)),
-        };
         format!(
-            "{}.{} group [{}] {values} where [{}]",
+            "{:?}.{:?} group {:?} {:?} where {:?}",
             table.database(),
             table.name(),
-            list(&self.group),
-            list(&self.filter)
+            self.group,
+            self.values,
+            self.filter
         )
     }
 }
@@ -248,7 +237,9 @@ impl ReusedParts {
             Some(cutoff) => lo.max(cutoff),
             None => lo,
         };
-        if end <= start {
+        // parts and buckets are computed as multiples of their widths: far from the ends of
+        // the timestamp range, nothing overflows
+        if end <= start || start < i64::MIN / 2 || end > i64::MAX / 2 {
             return Ok(None);
         }
         let width = part_width(
@@ -366,14 +357,22 @@ fn coalesced<'a>(
         pending.push(batch);
         rows += batch.num_rows();
         if rows >= batch_size {
-            coalesced.push(concat_batches(schema, pending.drain(..))?);
+            coalesced.push(joined(schema, std::mem::take(&mut pending))?);
             rows = 0;
         }
     }
     if !pending.is_empty() {
-        coalesced.push(concat_batches(schema, pending)?);
+        coalesced.push(joined(schema, pending)?);
     }
     Ok(coalesced)
+}
+
+/// `batches` as one batch: copied only if there are several.
+fn joined(schema: &SchemaRef, batches: Vec<&RecordBatch>) -> Result<RecordBatch> {
+    match batches.as_slice() {
+        [one] => Ok((*one).clone()),
+        _ => Ok(concat_batches(schema, batches)?),
+    }
 }
 
 /// The widths parts may have, narrowest first: [`PART_WIDTHS_MINUTES`], then doublings of a

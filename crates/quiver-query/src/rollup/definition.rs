@@ -14,7 +14,7 @@ use datafusion::error::Result;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::datetime::expr_fn::date_bin;
 use datafusion::functions_aggregate::expr_fn::{count, first_value, last_value, max, min, sum};
-use datafusion::logical_expr::expr::{AggregateFunction, ScalarFunction};
+use datafusion::logical_expr::expr::{AggregateFunction, NullTreatment, ScalarFunction};
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
@@ -133,6 +133,11 @@ impl Derivable {
         }
         if params.filter.is_some() {
             return Err(format!("{expr}: aggregates with FILTER are not kept"));
+        }
+        if params.null_treatment == Some(NullTreatment::IgnoreNulls) {
+            return Err(format!(
+                "{expr}: IGNORE NULLS is not kept (partial first and last values keep nulls)"
+            ));
         }
         if NOT_MERGEABLE.contains(&name.as_str()) {
             return Err(format!(

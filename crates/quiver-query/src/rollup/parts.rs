@@ -16,7 +16,7 @@ use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::error::Result;
 use datafusion::logical_expr::simplify::SimplifyContext;
-use datafusion::logical_expr::utils::{conjunction, disjunction};
+use datafusion::logical_expr::utils::{conjunction, disjunction, split_conjunction};
 use datafusion::logical_expr::{
     cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
 };
@@ -138,10 +138,13 @@ pub(crate) fn folded_time_range(
     let mut folded = Vec::new();
     for conjunct in conjuncts {
         let simple = simplifier.simplify(conjunct.clone()).ok()?;
-        if !is_time_bound(&simple) {
-            return None;
+        // `BETWEEN` folds into two bounds
+        for bound in split_conjunction(&simple) {
+            if !is_time_bound(bound) {
+                return None;
+            }
+            folded.push(bound.clone());
         }
-        folded.push(simple);
     }
     let bounds = time_bounds(&folded);
     let lo = (bounds.min != i64::MIN).then_some(bounds.min);

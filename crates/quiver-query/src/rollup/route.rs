@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::TableReference;
 use datafusion::common::{DFSchemaRef, ExprSchema};
 use datafusion::datasource::{provider_as_source, source_as_provider};
@@ -258,9 +258,27 @@ impl<'a> QueryShape<'a> {
     }
 }
 
-/// `time <op> <expression of no column>` or `time BETWEEN a AND b` with constant ends.
+/// `time <op> <expression of no column>` or `time BETWEEN a AND b` with constant ends (no
+/// column, outer reference, placeholder or subquery anywhere in them).
 pub(crate) fn is_time_predicate(expr: &Expr) -> bool {
-    let constant = |e: &Expr| e.column_refs().is_empty() && !matches!(e, Expr::ScalarSubquery(_));
+    let constant = |e: &Expr| {
+        let mut constant = e.column_refs().is_empty();
+        let _ = e.apply(|inner| {
+            constant &= !matches!(
+                inner,
+                Expr::ScalarSubquery(_)
+                    | Expr::InSubquery(_)
+                    | Expr::Exists(_)
+                    | Expr::OuterReferenceColumn(..)
+                    | Expr::Placeholder(_)
+            );
+            Ok(match constant {
+                true => TreeNodeRecursion::Continue,
+                false => TreeNodeRecursion::Stop,
+            })
+        });
+        constant
+    };
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             matches!(
@@ -339,5 +357,14 @@ mod tests {
         assert!(!is_time_predicate(&col(TIME_COLUMN).not_eq(lit(5))));
         assert!(!is_time_predicate(&col(TIME_COLUMN).gt(col("other"))));
         assert!(!is_time_predicate(&col("host").eq(lit("a"))));
+        let outer = Expr::OuterReferenceColumn(
+            Arc::new(arrow::datatypes::Field::new(
+                "t",
+                arrow::datatypes::DataType::Int64,
+                true,
+            )),
+            datafusion::common::Column::from_name("t"),
+        );
+        assert!(!is_time_predicate(&col(TIME_COLUMN).gt(outer + lit(1))));
     }
 }
