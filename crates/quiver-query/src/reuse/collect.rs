@@ -9,13 +9,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, Scalar, TimestampNanosecondArray};
-use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::cmp::eq;
+use arrow::compute::{
+    concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
+};
 use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::{EquivalenceProperties, LexOrdering, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::Boundedness;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -48,18 +50,20 @@ pub(crate) struct PartCollectExec {
     part_of: PartOf,
     missed: Arc<Vec<PartKey>>,
     reuse: PartReuse,
+    /// The order kept parts' rows are put in, if any.
+    ordering: Option<LexOrdering>,
     properties: Arc<PlanProperties>,
 }
 
 impl PartCollectExec {
     /// Passes `input`'s rows on as `schema` (without the part column if `part_of` names
-    /// one), keeping the `missed` parts in `reuse`'s store.
+    /// one), keeping the `missed` parts in `reuse`'s store, their rows in `ordering` if given.
     pub(crate) fn try_new(
         input: Arc<dyn ExecutionPlan>,
         schema: SchemaRef,
         part_of: PartOf,
         missed: Vec<PartKey>,
-        reuse: PartReuse,
+        (reuse, ordering): (PartReuse, Option<LexOrdering>),
     ) -> Result<Self> {
         let extra = usize::from(matches!(part_of, PartOf::Column(_)));
         if input.schema().fields().len() != schema.fields().len() + extra {
@@ -81,6 +85,7 @@ impl PartCollectExec {
             part_of,
             missed: Arc::new(missed),
             reuse,
+            ordering,
             properties,
         })
     }
@@ -129,7 +134,7 @@ impl ExecutionPlan for PartCollectExec {
             self.schema.clone(),
             self.part_of,
             self.missed.as_ref().clone(),
-            self.reuse.clone(),
+            (self.reuse.clone(), self.ordering.clone()),
         )?))
     }
 
@@ -149,6 +154,7 @@ impl ExecutionPlan for PartCollectExec {
                 .map(|key| (key.start, (key.clone(), Vec::new())))
                 .collect(),
             reuse: self.reuse.clone(),
+            ordering: self.ordering.clone(),
             rows: 0,
             gathered_bytes: 0,
         };
@@ -184,6 +190,8 @@ struct Collector {
     /// Each missed part by its start, with its rows so far.
     missed: HashMap<i64, (PartKey, Vec<RecordBatch>)>,
     reuse: PartReuse,
+    /// The order kept parts' rows are put in, if any.
+    ordering: Option<LexOrdering>,
     /// Rows passed on.
     rows: usize,
     /// Bytes of the missed parts' rows gathered so far.
@@ -241,6 +249,16 @@ impl Collector {
     fn keep(self) {
         let parts = self.missed.len();
         for (_, (key, batches)) in self.missed {
+            let batches = match &self.ordering {
+                None => batches,
+                Some(ordering) => match sorted(&self.schema, &batches, ordering) {
+                    Ok(sorted) => vec![sorted],
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a time part could not be sorted; not kept");
+                        continue;
+                    }
+                },
+            };
             let rows = batches.iter().map(RecordBatch::num_rows).sum();
             let bytes = batches.iter().map(RecordBatch::get_array_memory_size).sum();
             let part = PartRows {
@@ -252,4 +270,24 @@ impl Collector {
         }
         self.reuse.computed(parts, self.rows);
     }
+}
+
+/// `batches` as one batch sorted by `ordering`.
+fn sorted(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    ordering: &LexOrdering,
+) -> Result<RecordBatch> {
+    let batch = concat_batches(schema, batches)?;
+    let columns = ordering
+        .iter()
+        .map(|sort| {
+            Ok(SortColumn {
+                values: sort.expr.evaluate(&batch)?.into_array(batch.num_rows())?,
+                options: Some(sort.options),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let indices = lexsort_to_indices(&columns, None)?;
+    Ok(take_record_batch(&batch, &indices)?)
 }

@@ -19,13 +19,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::compute::concat_batches;
+use arrow::compute::{concat_batches, SortOptions};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::provider_as_source;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::functions::datetime::expr_fn::date_bin;
 use datafusion::logical_expr::utils::conjunction;
@@ -34,8 +35,10 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_model::schema::TIME_COLUMN;
@@ -147,6 +150,27 @@ impl PartsShape {
             },
             PartValues::States { .. } => PartOf::Column(self.group.len()),
         }
+    }
+
+    /// The order of the rows of parts holding final rows grouped by their bucket first: by
+    /// every group column (nulls last, as `ORDER BY` puts them), so that the parts of a range,
+    /// in time order, are in that order too and an `ORDER BY` of the groups above needs no
+    /// sort, only a merge with the rows computed now.
+    fn ordering(&self, schema: &SchemaRef) -> Option<LexOrdering> {
+        let PartValues::Final {
+            bucket_column: 0, ..
+        } = &self.values
+        else {
+            return None;
+        };
+        let options = SortOptions {
+            descending: false,
+            nulls_first: false,
+        };
+        LexOrdering::new((0..self.group.len()).map(|i| {
+            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(schema.field(i).name(), i));
+            PhysicalSortExpr::new(column, options)
+        }))
     }
 
     /// The bucket the parts must be made of whole, if they hold final rows.
@@ -297,12 +321,13 @@ impl ReusedParts {
             split.reused.iter().flat_map(|part| part.batches.iter()),
             state.config().batch_size(),
         )?;
+        let ordering = self.shape.ordering(&self.schema);
         if !reused.is_empty() {
-            inputs.push(MemorySourceConfig::try_new_exec(
-                &[reused],
-                self.schema.clone(),
-                None,
-            )?);
+            let mut source = MemorySourceConfig::try_new(&[reused], self.schema.clone(), None)?;
+            if let Some(ordering) = &ordering {
+                source = source.try_with_sort_information(vec![ordering.clone()])?;
+            }
+            inputs.push(DataSourceExec::from_data_source(source));
         }
         if !split.computed.is_empty() {
             let mut filter = self.shape.filter.clone();
@@ -317,13 +342,17 @@ impl ReusedParts {
                 Some(split.width),
             )?;
             let computed = state.create_physical_plan(&partial).await?;
-            inputs.push(Arc::new(PartCollectExec::try_new(
+            let collected: Arc<dyn ExecutionPlan> = Arc::new(PartCollectExec::try_new(
                 computed,
                 self.schema.clone(),
                 self.shape.part_of(split.width),
                 split.missed,
-                split.reuse,
-            )?));
+                (split.reuse, ordering.clone()),
+            )?);
+            inputs.push(match ordering {
+                Some(ordering) => Arc::new(SortExec::new(ordering, collected)),
+                None => collected,
+            });
         }
         match inputs.is_empty() {
             true => Ok(Arc::new(EmptyExec::new(self.schema.clone()))),
