@@ -125,25 +125,36 @@ impl Fixture {
         &self,
         request: QueryRequest,
     ) -> Result<(Verdict, Vec<String>), String> {
+        let (verdict, schema, batches) = self.try_cached_batches(request).await?;
+        Ok((verdict, rows_text(&schema, &batches)))
+    }
+
+    /// Runs `request` through the cache; the verdict and the answer's batches in order, or the
+    /// error message.
+    pub async fn try_cached_batches(
+        &self,
+        request: QueryRequest,
+    ) -> Result<(Verdict, SchemaRef, Vec<RecordBatch>), String> {
         let answer = self
             .service
             .query(&request)
             .await
             .map_err(|e| e.to_string())?;
-        let rows = match answer.body {
-            AnswerBody::Cached(cached) => {
-                rows_text(cached.result().schema(), cached.result().batches())
-            }
+        let (schema, batches) = match answer.body {
+            AnswerBody::Cached(cached) => (
+                cached.result().schema().clone(),
+                cached.result().batches().to_vec(),
+            ),
             AnswerBody::Streamed(output) => {
                 let batches: Vec<RecordBatch> = output
                     .stream
                     .try_collect()
                     .await
                     .map_err(|e| e.to_string())?;
-                rows_text(&output.schema, &batches)
+                (output.schema, batches)
             }
         };
-        Ok((answer.verdict, rows))
+        Ok((answer.verdict, schema, batches))
     }
 
     /// Runs `sql` on the engine directly, without the cache.
@@ -159,6 +170,16 @@ impl Fixture {
         sql: &str,
         params: &QueryParams,
     ) -> Result<Vec<String>, String> {
+        let (schema, batches) = self.try_uncached_batches(sql, params).await?;
+        Ok(rows_text(&schema, &batches))
+    }
+
+    /// Runs `sql` on the engine directly; the answer's batches in order, or the error message.
+    pub async fn try_uncached_batches(
+        &self,
+        sql: &str,
+        params: &QueryParams,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), String> {
         let analysis = self.engine.analyze("db", sql).map_err(|e| e.to_string())?;
         let options = quiver_query::ExecuteOptions {
             params: params.clone(),
@@ -174,13 +195,20 @@ impl Fixture {
             .try_collect()
             .await
             .map_err(|e| e.to_string())?;
-        Ok(rows_text(&output.schema, &batches))
+        Ok((output.schema, batches))
     }
 }
 
 /// A header line naming the columns and their types (so a schema difference is a difference
 /// too), then every row as text, sorted (so partitioning cannot change the comparison).
 pub fn rows_text(schema: &SchemaRef, batches: &[RecordBatch]) -> Vec<String> {
+    let mut lines = rows_in_order(schema, batches);
+    lines[1..].sort();
+    lines
+}
+
+/// The header line, then every row as text, in the answer's order.
+pub fn rows_in_order(schema: &SchemaRef, batches: &[RecordBatch]) -> Vec<String> {
     let mut lines = Vec::new();
     let options = FormatOptions::default().with_null("NULL");
     for batch in batches {
@@ -197,7 +225,6 @@ pub fn rows_text(schema: &SchemaRef, batches: &[RecordBatch]) -> Vec<String> {
             lines.push(cells.join(" "));
         }
     }
-    lines.sort();
     let header: Vec<String> = schema
         .fields()
         .iter()
