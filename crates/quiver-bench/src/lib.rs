@@ -93,6 +93,14 @@ fn write_host_tags(out: &mut String, host: usize) {
     .unwrap();
 }
 
+/// The `q` quantile (0–1) of `sorted` (ascending): the nearest sample; NaN if there is none.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

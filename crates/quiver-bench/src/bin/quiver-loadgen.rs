@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use quiver_bench::formats::{decode_rows, encode, metrics_batch, WriteFormat};
+use quiver_bench::percentile;
 
 /// Load generator for HTTP line-protocol ingest.
 #[derive(Debug, Parser)]
@@ -235,11 +236,4 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
     let rows = totals.rows.load(Ordering::Relaxed) as f64 / elapsed;
     let mb = totals.bytes.load(Ordering::Relaxed) as f64 / elapsed / 1e6;
     (rows, mb, latencies)
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use quiver_bench::http::{block_on, client, post, rfc3339};
-use quiver_bench::Xorshift;
+use quiver_bench::{percentile, Xorshift};
 use serde_json::Value;
 
 /// Rolling-window dashboard: reused time parts against answers computed whole.
@@ -43,8 +43,9 @@ struct Args {
     /// The answers' format.
     #[arg(long, default_value = "json")]
     format: String,
-    /// The panel: `series` (every host's minutes, ordered: the answer is hosts x 360 rows)
-    /// or `top` (the five busiest host-minutes of the window).
+    /// The panel: `series` (every host's minutes, ordered: the answer is hosts x 360 rows),
+    /// `top` (the five busiest host-minutes of the window), or, to see where the time goes,
+    /// `unordered` (`series` without its ORDER BY) and `count` (only how many host-minutes).
     #[arg(long, default_value = "series")]
     panel: String,
     /// The database (dropped first if it exists).
@@ -185,6 +186,8 @@ fn dashboard_query(clock: i64, window_hours: i64, panel: &str) -> String {
     );
     match panel {
         "top" => format!("SELECT * FROM ({minutes}) ORDER BY avg_user DESC, t, hostname LIMIT 5"),
+        "unordered" => minutes,
+        "count" => format!("SELECT count(*) AS minutes FROM ({minutes})"),
         _ => format!("{minutes} ORDER BY 1, 2"),
     }
 }
@@ -288,6 +291,5 @@ async fn cache_stats(http: &reqwest::Client, url: &str) -> Value {
 /// The median and the 90th percentile of `samples`.
 fn percentiles(samples: &mut [f64]) -> (f64, f64) {
     samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.9))
+    (percentile(samples, 0.5), percentile(samples, 0.9))
 }
