@@ -73,10 +73,11 @@ impl PartStore for Parts {
         if key.size() + rows.bytes > self.max_part_bytes {
             return;
         }
-        // one batch in buffers of its own: filtered slices may keep their source alive
-        let batches = match rows.batches.first() {
-            None => Vec::new(),
-            Some(first) => match concat_batches(&first.schema(), &rows.batches) {
+        // one batch in buffers of its own (a part gathered from several batches is copied
+        // into one; a single one was taken or sorted into buffers of its own already)
+        let batches = match rows.batches.as_slice() {
+            [] | [_] => rows.batches.clone(),
+            [first, ..] => match concat_batches(&first.schema(), &rows.batches) {
                 Ok(batch) => vec![batch],
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot keep a time part");

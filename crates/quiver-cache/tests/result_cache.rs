@@ -132,6 +132,17 @@ async fn volatile_and_metadata_queries_bypass_and_no_cache_stores_nothing() {
     assert_eq!((first, counted[1].as_str()), (Verdict::Bypass, "0"));
     let (again, recounted) = f.cached(window, "").await;
     assert_eq!((again, recounted), (Verdict::Partial, counted));
+    // `cache_reuse_parts = false`: computed whole every time
+    let whole = Fixture::new(CacheConfig {
+        reuse_parts: false,
+        ..config()
+    });
+    whole.write("cpu,host=a v=1 1\n").await;
+    for _ in 0..2 {
+        let (verdict, rows) = whole.cached(window, "").await;
+        assert_eq!((verdict, rows[1].as_str()), (Verdict::Bypass, "0"));
+    }
+    assert_eq!(whole.service.stats().parts, 0);
     let request = QueryRequest {
         database: "db".into(),
         sql: COUNT.into(),

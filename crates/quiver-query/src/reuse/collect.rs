@@ -1,21 +1,20 @@
 //! `PartCollectExec`: passes an aggregate's rows on (without their part column, if they have
 //! one) and, once every row was read, keeps the rows of each missed part in the store (a part with no
 //! rows too: it is as reusable as any). A query that fails or is cancelled keeps nothing.
-//! Bounded: a part whose rows outgrow the store's largest part is let go as soon as it does,
-//! and all of them once together they outgrow the store.
+//! Bounded: the gathered rows are counted in the query's memory pool; a part whose rows
+//! outgrow the store's largest part is let go as soon as it does, and all of them once
+//! together they outgrow the store or the memory the query may use (the query itself goes on).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch, Scalar, TimestampNanosecondArray};
-use arrow::compute::kernels::cmp::eq;
-use arrow::compute::{
-    concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
-};
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
 use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, LexOrdering, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::Boundedness;
@@ -144,19 +143,26 @@ impl ExecutionPlan for PartCollectExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         only_partition(partition, "PartCollectExec")?;
-        let input = self.input.execute(0, context)?;
+        let input = self.input.execute(0, context.clone())?;
         let collector = Collector {
             schema: self.schema.clone(),
             part_of: self.part_of,
             missed: self
                 .missed
                 .iter()
-                .map(|key| (key.start, (key.clone(), Vec::new())))
+                .map(|key| {
+                    let gathered = Gathered {
+                        key: key.clone(),
+                        batches: Vec::new(),
+                        bytes: 0,
+                    };
+                    (key.start, gathered)
+                })
                 .collect(),
             reuse: self.reuse.clone(),
             ordering: self.ordering.clone(),
             rows: 0,
-            gathered_bytes: 0,
+            reservation: MemoryConsumer::new("PartCollectExec").register(context.memory_pool()),
         };
         let stream = futures::stream::unfold(
             (input, Some(collector)),
@@ -188,18 +194,27 @@ struct Collector {
     schema: SchemaRef,
     part_of: PartOf,
     /// Each missed part by its start, with its rows so far.
-    missed: HashMap<i64, (PartKey, Vec<RecordBatch>)>,
+    missed: HashMap<i64, Gathered>,
     reuse: PartReuse,
     /// The order kept parts' rows are put in, if any.
     ordering: Option<LexOrdering>,
     /// Rows passed on.
     rows: usize,
-    /// Bytes of the missed parts' rows gathered so far.
-    gathered_bytes: usize,
+    /// The gathered rows' bytes, counted in the query's memory pool: past its limit (or the
+    /// store's capacity) nothing is kept, and the query goes on.
+    reservation: MemoryReservation,
+}
+
+/// One missed part's rows so far.
+struct Gathered {
+    key: PartKey,
+    batches: Vec<RecordBatch>,
+    bytes: usize,
 }
 
 impl Collector {
-    /// `batch` as passed on; the rows of missed parts kept aside.
+    /// `batch` as passed on; the rows of missed parts kept aside (one pass over the part
+    /// column, then one `take` per part present).
     fn take(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
         let mut columns = batch.columns().to_vec();
         let (times, width) = match self.part_of {
@@ -208,6 +223,9 @@ impl Collector {
         };
         let passed = RecordBatch::try_new(self.schema.clone(), columns)?;
         self.rows += passed.num_rows();
+        if self.missed.is_empty() {
+            return Ok(passed);
+        }
         let times = times
             .as_primitive_opt::<TimestampNanosecondType>()
             .ok_or_else(|| {
@@ -216,39 +234,49 @@ impl Collector {
                     times.data_type()
                 ))
             })?;
-        let parts = match width {
-            None => times.clone().with_timezone_opt(None::<&str>),
-            Some(width) => times
-                .unary::<_, TimestampNanosecondType>(|t| t.div_euclid(width).saturating_mul(width)),
-        };
-        let starts: BTreeSet<i64> = parts.iter().flatten().collect();
-        for start in starts {
-            let Some((_, rows)) = self.missed.get_mut(&start) else {
-                continue;
+        let mut rows_of: HashMap<i64, Vec<u32>> = HashMap::new();
+        for (row, time) in times.iter().enumerate() {
+            let Some(time) = time else { continue };
+            let start = match width {
+                None => time,
+                Some(width) => time.div_euclid(width).saturating_mul(width),
             };
-            let wanted = Scalar::new(TimestampNanosecondArray::from(vec![start]));
-            let mask = eq(&parts, &wanted)?;
-            let part_rows = filter_record_batch(&passed, &mask)?;
-            let bytes = part_rows.get_array_memory_size();
-            rows.push(part_rows);
-            self.gathered_bytes += bytes;
-            let part_bytes: usize = rows.iter().map(RecordBatch::get_array_memory_size).sum();
-            if part_bytes > self.reuse.store.max_part_bytes() {
-                self.gathered_bytes -= part_bytes;
-                self.missed.remove(&start);
+            if self.missed.contains_key(&start) {
+                rows_of.entry(start).or_default().push(row as u32);
             }
-            if self.gathered_bytes > self.reuse.store.capacity_bytes() {
-                self.missed.clear();
-                self.gathered_bytes = 0;
-            }
+        }
+        for (start, rows) in rows_of {
+            let part_rows = take_record_batch(&passed, &UInt32Array::from(rows))?;
+            self.gather(start, part_rows);
         }
         Ok(passed)
     }
 
+    /// Adds `rows` to the missed part starting at `start`, or lets the part go (past the
+    /// store's largest part) or every part (past the memory the query may use).
+    fn gather(&mut self, start: i64, rows: RecordBatch) {
+        let Some(part) = self.missed.get_mut(&start) else {
+            return;
+        };
+        let bytes = rows.get_array_memory_size();
+        part.batches.push(rows);
+        part.bytes += bytes;
+        let over_store = self.reservation.size() + bytes > self.reuse.store.capacity_bytes();
+        if over_store || self.reservation.try_grow(bytes).is_err() {
+            self.missed.clear();
+            self.reservation.free();
+            return;
+        }
+        if part.bytes > self.reuse.store.max_part_bytes() {
+            let gone = part.bytes;
+            self.missed.remove(&start);
+            self.reservation.shrink(gone);
+        }
+    }
+
     /// Offers every missed part to the store and reports what was computed.
     fn keep(self) {
-        let parts = self.missed.len();
-        for (_, (key, batches)) in self.missed {
+        for (_, Gathered { key, batches, .. }) in self.missed {
             let batches = match &self.ordering {
                 None => batches,
                 Some(ordering) => match sorted(&self.schema, &batches, ordering) {
@@ -268,7 +296,7 @@ impl Collector {
             };
             self.reuse.store.insert(key, Arc::new(part));
         }
-        self.reuse.computed(parts, self.rows);
+        self.reuse.computed(self.rows);
     }
 }
 

@@ -79,7 +79,6 @@ pub trait PartStore: Send + Sync + Debug {
 pub struct PartsReport {
     reused_parts: AtomicU64,
     reused_rows: AtomicU64,
-    computed_parts: AtomicU64,
     computed_rows: AtomicU64,
 }
 
@@ -94,11 +93,6 @@ impl PartsReport {
         self.reused_rows.load(Ordering::Relaxed)
     }
 
-    /// Whole parts computed and offered to the store.
-    pub fn computed_parts(&self) -> u64 {
-        self.computed_parts.load(Ordering::Relaxed)
-    }
-
     /// Partial-result rows computed from the table's rows (whole parts and the rest of the
     /// range), known once the query's rows are all read.
     pub fn computed_rows(&self) -> u64 {
@@ -110,9 +104,7 @@ impl PartsReport {
         self.reused_rows.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
-    fn add_computed(&self, parts: usize, rows: usize) {
-        self.computed_parts
-            .fetch_add(parts as u64, Ordering::Relaxed);
+    fn add_computed(&self, rows: usize) {
         self.computed_rows.fetch_add(rows as u64, Ordering::Relaxed);
     }
 }
@@ -139,9 +131,9 @@ impl PartReuse {
         self.totals.add_reused(rows);
     }
 
-    /// Counts `parts` whole parts offered to the store and `rows` partial-result rows computed.
-    fn computed(&self, parts: usize, rows: usize) {
-        self.report.add_computed(parts, rows);
-        self.totals.add_computed(parts, rows);
+    /// Counts `rows` partial-result rows computed.
+    fn computed(&self, rows: usize) {
+        self.report.add_computed(rows);
+        self.totals.add_computed(rows);
     }
 }
