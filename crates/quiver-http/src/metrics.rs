@@ -190,6 +190,14 @@ fn describe() {
         ),
         ("quiver_queries_running", "Queries running now."),
         ("quiver_queries_queued", "Queries waiting for a slot now."),
+        (
+            "quiver_query_memory_reserved_bytes",
+            "Bytes the running queries' operators hold (their memory pools).",
+        ),
+        (
+            "quiver_process_resident_bytes",
+            "The server process's resident memory (absent where the platform does not say).",
+        ),
     ] {
         describe_gauge!(name, help);
     }
@@ -269,6 +277,11 @@ fn record_layer_stats(app: &AppState) {
         .count();
     gauge!("quiver_queries_running").set(running as f64);
     gauge!("quiver_queries_queued").set((queries.len() - running) as f64);
+    let governor = app.queries.engine().governor();
+    gauge!("quiver_query_memory_reserved_bytes").set(governor.reserved_bytes() as f64);
+    if let Some(resident) = quiver_query::governance::system::resident_bytes() {
+        gauge!("quiver_process_resident_bytes").set(resident as f64);
+    }
 }
 
 /// Counts each HTTP request and its latency by endpoint (the route, never the raw path:

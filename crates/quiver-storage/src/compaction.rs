@@ -178,6 +178,25 @@ pub struct CompactionStats {
     pub partitions: usize,
     /// The most files any one partition has.
     pub max_files_per_partition: usize,
+    /// The files of each table now (tables with none are not listed).
+    pub tables: Vec<TableFiles>,
+}
+
+/// The Parquet files one table has now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TableFiles {
+    /// Its database.
+    pub db: String,
+    /// The table.
+    pub table: String,
+    /// Files the catalog names.
+    pub files: usize,
+    /// Time partitions with at least one file.
+    pub partitions: usize,
+    /// Rows in those files (a row rewritten in a later file counts in both until compacted).
+    pub rows: u64,
+    /// Bytes of those files on disk.
+    pub bytes: u64,
 }
 
 /// Whether the table of a database, name and catalog id still exists (a dropped table's
@@ -400,11 +419,25 @@ impl Compactor {
         stats.files_awaiting_deletion = self.retired.lock().len();
         stats.quarantined_files = self.quarantined.lock().values().cloned().collect();
         stats.quarantined_files.sort();
-        for table in catalog.databases.values().flat_map(|d| d.tables.values()) {
-            stats.files += table.files.len();
-            for (_, files) in partitions(&table.files) {
-                stats.partitions += 1;
-                stats.max_files_per_partition = stats.max_files_per_partition.max(files.len());
+        for (db, database) in &catalog.databases {
+            for (name, table) in &database.tables {
+                if table.files.is_empty() {
+                    continue;
+                }
+                let layout = partitions(&table.files);
+                stats.files += table.files.len();
+                stats.partitions += layout.len();
+                for (_, files) in &layout {
+                    stats.max_files_per_partition = stats.max_files_per_partition.max(files.len());
+                }
+                stats.tables.push(TableFiles {
+                    db: db.clone(),
+                    table: name.clone(),
+                    files: table.files.len(),
+                    partitions: layout.len(),
+                    rows: table.files.iter().map(|f| f.rows).sum(),
+                    bytes: table.files.iter().map(|f| f.bytes).sum(),
+                });
             }
         }
         stats

@@ -60,7 +60,9 @@ use serde::{Deserialize, Serialize};
 pub use buffer::TableChangeListener;
 pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
 pub use chunk_cache::{ChunkCache, ChunkCacheStats};
-pub use compaction::{CompactionOptions, CompactionScope, CompactionStats, CompactionSummary};
+pub use compaction::{
+    CompactionOptions, CompactionScope, CompactionStats, CompactionSummary, TableFiles,
+};
 pub use database::{Database, WriteReceipt};
 pub use decoded::{cached_columns, decode_columns};
 pub use dedup::{
