@@ -6,7 +6,8 @@
 #
 # Environment: CARGO_TARGET_DIR (optional, shared build directory), PYTHON (default python3).
 # Installs what the tests need when it is missing: the Python packages (into .venv), psql, a
-# JDK and Maven, promtool, influxd (InfluxDB 1.6, the InfluxQL reference).
+# JDK and Maven, promtool, influxd (InfluxDB 1.6, the InfluxQL reference), Chromium and
+# chromedriver (the web console tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +63,8 @@ require_tools "the /metrics test" prometheus promtool
 # influxd (Debian's influxdb package, InfluxDB 1.6) is the reference the InfluxQL tests compare
 # Quiver's /query answers with (tests/python/influxdb_reference.py).
 require_tools "the InfluxDB 1.x reference tests" influxdb influxd
+# Headless Chromium and its WebDriver drive the web console in test_console.py (Selenium).
+require_tools "the web console tests" "chromium chromium-driver" chromium chromedriver
 
 echo "==> cargo test --workspace"
 cargo test --workspace

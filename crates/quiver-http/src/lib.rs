@@ -1,6 +1,7 @@
 //! `quiver-http` is Quiver's HTTP API (axum): InfluxDB-compatible writes (line protocol v1, v2
 //! and v3), Arc-compatible MessagePack and Arrow IPC ingest, SQL queries in every output format
-//! ([`format`]), storage and cache operations, health. It extracts what a request says, hands
+//! ([`format`]), storage and cache operations, health, and the web console (`console`: its
+//! assets at `/`). It extracts what a request says, hands
 //! it to the store or the result cache, and maps their errors to statuses by kind
 //! ([`status_of`]); it knows nothing of the other protocols.
 
@@ -9,6 +10,7 @@ mod blocking;
 mod body;
 mod cache;
 mod configure;
+mod console;
 mod error;
 pub mod format;
 mod influxql;
@@ -59,7 +61,9 @@ pub struct AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let public = Router::new()
         .route("/health", get(health))
-        .route("/ping", get(ping).head(ping));
+        .route("/ping", get(ping).head(ping))
+        .route("/", get(console::index))
+        .route("/console/{*file}", get(console::asset));
     let admin = Router::new()
         .route("/api/v3/persist", post(storage::persist))
         .route("/api/v3/compact", post(storage::compact))
