@@ -29,8 +29,10 @@ enum Command {
     Serve(ServerArgs),
     /// Run one SQL query against a server and print the result.
     Query(client::QueryArgs),
-    /// Send line protocol from a file (or `-` for stdin) to a server.
+    /// Send line protocol from a file (or `-` for stdin) to a server, with a progress bar.
     Write(client::WriteArgs),
+    /// Load a Parquet or CSV file into a table of a server (through the Arrow path).
+    Import(client::ImportArgs),
     /// Print the effective configuration as TOML.
     Config(ServerArgs),
     /// Create, list or revoke tokens in a data directory (works offline).
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
             .map_err(|e| e.to_string()),
         Command::Query(args) => client::query(args),
         Command::Write(args) => client::write(args),
+        Command::Import(args) => client::import(args),
         Command::Token(args) => token::run(args),
     };
     match result {

@@ -1,9 +1,19 @@
-//! `quiver query` and `quiver write`: thin command-line clients of the HTTP API.
+//! `quiver query`, `quiver write` and `quiver import`: command-line clients of the HTTP API.
+//! This module owns what they share (the server's address and token, one HTTP connection
+//! reused by every request, error rendering) and `quiver query`; [`write`] sends line protocol,
+//! [`import`] Parquet and CSV files through the Arrow path, both with a [`progress`] bar.
 
-use std::io::Read;
-use std::path::PathBuf;
+mod import;
+mod progress;
+mod write;
+
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use clap::Args;
+
+pub use import::{import, ImportArgs};
+pub use write::{write, WriteArgs};
 
 /// Default server URL of the client subcommands (the server's default HTTP address).
 const DEFAULT_HOST: &str = "http://127.0.0.1:8086";
@@ -43,7 +53,7 @@ impl ServerAddress {
             ));
         }
         let url = format!("{}{path}", self.host.trim_end_matches('/'));
-        let request = reqwest::Client::new().request(method, url);
+        let request = http_client().request(method, url);
         Ok(match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -65,30 +75,23 @@ pub struct QueryArgs {
     /// Output format: pretty, json, jsonl, csv, arrow or parquet (the last two are binary).
     #[arg(long, default_value = "pretty")]
     format: String,
+    /// Also print, on standard error, how long the answer took and the result cache's
+    /// verdict (HIT, PARTIAL, MISS or BYPASS).
+    #[arg(long, short)]
+    verbose: bool,
     /// The SQL statement.
     sql: String,
-}
-
-/// Arguments of `quiver write`.
-#[derive(Debug, Args)]
-pub struct WriteArgs {
-    #[command(flatten)]
-    server: ServerAddress,
-    /// Database to write into (created on first write).
-    #[arg(long, default_value = DEFAULT_DATABASE)]
-    db: String,
-    /// Timestamp precision: auto, ns, us, ms or s.
-    #[arg(long, default_value = "auto")]
-    precision: String,
-    /// Line-protocol file, or `-` for standard input.
-    file: PathBuf,
 }
 
 /// Runs `quiver query`: prints the server's answer to stdout, or its error to the caller.
 pub fn query(args: QueryArgs) -> Result<(), String> {
     let database = args.db.as_deref().unwrap_or(DEFAULT_DATABASE);
     let body = serde_json::json!({ "db": database, "q": args.sql, "format": args.format });
+    let started = Instant::now();
     let reply = exchange(args.server.post("/api/v3/query_sql")?.json_body(&body))?;
+    if args.verbose {
+        eprintln!("{}", describe_timing(&reply, started));
+    }
     if !reply.status.is_success() {
         let mut message = describe_error(reply.status, &reply.body);
         // only for the default database's absence: a missing table in it needs no hint
@@ -102,6 +105,22 @@ pub fn query(args: QueryArgs) -> Result<(), String> {
     std::io::stdout()
         .write_all(&reply.body)
         .map_err(|e| format!("cannot write to stdout: {e}"))
+}
+
+/// `quiver query --verbose`'s line: the status, the time to the answer's last byte, its size
+/// and the result cache's verdict.
+fn describe_timing(reply: &Reply, started: Instant) -> String {
+    let verdict = reply
+        .headers
+        .get("x-quiver-cache")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none (not answered)");
+    format!(
+        "{} in {:.1} ms, {} bytes; result cache: {verdict}",
+        reply.status,
+        started.elapsed().as_secs_f64() * 1e3,
+        reply.body.len()
+    )
 }
 
 /// What to tell a user whose query without `--db` found no database `default`: how to name
@@ -134,57 +153,7 @@ fn database_hint(server: &ServerAddress) -> String {
     hint
 }
 
-/// Runs `quiver write`: sends the whole file in one request and reports what was written
-/// (and every line the server rejected, with its number).
-pub fn write(args: WriteArgs) -> Result<(), String> {
-    let mut data = Vec::new();
-    let read = if args.file.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut data)
-    } else {
-        std::fs::File::open(&args.file).and_then(|mut f| f.read_to_end(&mut data))
-    };
-    read.map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
-    let bytes = data.len();
-    let request = args
-        .server
-        .post("/api/v3/write_lp")?
-        .query(&[
-            ("db", args.db.as_str()),
-            ("precision", args.precision.as_str()),
-        ])
-        .body(data);
-    let reply = exchange(request)?;
-    let count = |header: &str| {
-        reply
-            .headers
-            .get(header)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-    };
-    let written = count(quiver_http::LINES_WRITTEN_HEADER);
-    let rejected = count(quiver_http::LINES_REJECTED_HEADER).unwrap_or(0);
-    let summary = match written {
-        Some(lines) => format!(
-            "wrote {lines} line{} ({bytes} bytes sent) to database {:?}",
-            plural(lines),
-            args.db
-        ),
-        None => format!("sent {bytes} bytes to database {:?}", args.db),
-    };
-    if reply.status.is_success() {
-        println!("{summary}");
-        return Ok(());
-    }
-    let error = describe_error(reply.status, &reply.body);
-    if written.is_some() && reply.status == reqwest::StatusCode::BAD_REQUEST {
-        return Err(format!(
-            "{summary}; {rejected} line{} rejected\n{error}",
-            plural(rejected)
-        ));
-    }
-    Err(error)
-}
-
+/// "s" unless `count` is one.
 fn plural(count: usize) -> &'static str {
     if count == 1 {
         ""
@@ -212,13 +181,30 @@ struct Reply {
     body: Vec<u8>,
 }
 
+/// The one HTTP client of the process: its connections are reused by every request (a
+/// `quiver write` of a large file sends many).
+fn http_client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(reqwest::Client::new)
+}
+
+/// The runtime the client's requests run on (the CLI is otherwise synchronous).
+fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the client runtime: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// Sends `request` and reads the whole response.
 fn exchange(request: reqwest::RequestBuilder) -> Result<Reply, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the client runtime: {e}"))?;
-    runtime.block_on(async {
+    runtime()?.block_on(async {
         let response = request
             .send()
             .await
@@ -240,6 +226,12 @@ fn exchange(request: reqwest::RequestBuilder) -> Result<Reply, String> {
 /// Renders an error response: the `error` message and, for rejected lines, each line with its
 /// number.
 fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
+    describe_error_from_line(status, body, 1)
+}
+
+/// [`describe_error`] of a request whose body began at line `first_line` of the user's input
+/// (rejected lines are numbered as the input numbers them).
+fn describe_error_from_line(status: reqwest::StatusCode, body: &[u8], first_line: u64) -> String {
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
         return format!(
             "server answered {status}: {}",
@@ -252,9 +244,9 @@ fn describe_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     );
     if let Some(lines) = json["data"].as_array() {
         for line in lines {
+            let number = line["line_number"].as_u64().unwrap_or(0) + first_line - 1;
             message.push_str(&format!(
-                "\n  line {}: {} ({})",
-                line["line_number"],
+                "\n  line {number}: {} ({})",
                 line["error_message"].as_str().unwrap_or(""),
                 line["original_line"].as_str().unwrap_or("")
             ));

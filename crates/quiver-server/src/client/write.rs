@@ -1,0 +1,218 @@
+//! `quiver write`: line protocol from a file or standard input, read as it is sent in requests
+//! of about [`CHUNK_BYTES`] cut at line ends (so any size of input works, and a progress bar
+//! can follow it). Rejected lines are reported with their line numbers in the input. A request
+//! that fails outright stops the command, which says exactly which lines were written and where
+//! to go on from; nothing is retried or resumed behind the user's back.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::progress::Progress;
+use super::{describe_error, describe_error_from_line, exchange, plural, ServerAddress};
+
+/// Bytes of line protocol per request (a line longer than this goes whole in its own).
+const CHUNK_BYTES: usize = 4 << 20;
+
+/// Arguments of `quiver write`.
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    server: ServerAddress,
+    /// Database to write into (created on first write).
+    #[arg(long, default_value = super::DEFAULT_DATABASE)]
+    db: String,
+    /// Timestamp precision: auto, ns, us, ms or s.
+    #[arg(long, default_value = "auto")]
+    precision: String,
+    /// Line-protocol file, or `-` for standard input.
+    file: PathBuf,
+}
+
+/// What the requests so far did.
+#[derive(Default)]
+struct Tally {
+    /// Lines the server wrote.
+    written: u64,
+    /// Lines it rejected.
+    rejected: u64,
+    /// Input bytes sent.
+    bytes: u64,
+    /// Input lines sent (the next request starts at line `lines + 1`).
+    lines: u64,
+}
+
+/// Runs `quiver write`: sends the input in requests at line ends and reports what was written
+/// (and every line the server rejected, with its number in the input).
+pub fn write(args: WriteArgs) -> Result<(), String> {
+    let (mut input, size) = open(&args.file)?;
+    let mut progress = Progress::new(size);
+    let mut tally = Tally::default();
+    let mut requests = 0;
+    loop {
+        let (chunk, lines) = read_chunk(&mut input)
+            .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+        // an empty input is still one request: the server says what it makes of it
+        if chunk.is_empty() && requests > 0 {
+            break;
+        }
+        let sent = chunk.len() as u64;
+        let written = send(&args, chunk, tally.lines + 1, &tally, &progress)?;
+        requests += 1;
+        tally.written += written.lines;
+        tally.rejected += written.rejected;
+        tally.bytes += sent;
+        tally.lines += lines;
+        progress.advance(sent, written.lines);
+        if sent == 0 {
+            break;
+        }
+    }
+    progress.finish();
+    let summary = format!(
+        "wrote {} line{} ({} bytes sent) to database {:?}",
+        tally.written,
+        plural(tally.written as usize),
+        tally.bytes,
+        args.db
+    );
+    if tally.rejected > 0 {
+        return Err(format!(
+            "{summary}; {} line{} rejected (listed above)",
+            tally.rejected,
+            plural(tally.rejected as usize)
+        ));
+    }
+    println!("{summary}");
+    Ok(())
+}
+
+/// The input and its size (unknown for standard input).
+fn open(file: &PathBuf) -> Result<(Box<dyn BufRead>, Option<u64>), String> {
+    if file.as_os_str() == "-" {
+        return Ok((Box::new(BufReader::new(std::io::stdin())), None));
+    }
+    let opened =
+        std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let size = opened.metadata().ok().map(|m| m.len());
+    Ok((Box::new(BufReader::new(opened)), size))
+}
+
+/// The next whole lines of the input, about [`CHUNK_BYTES`] of them, and how many lines.
+fn read_chunk(input: &mut dyn BufRead) -> std::io::Result<(Vec<u8>, u64)> {
+    let mut chunk = Vec::with_capacity(CHUNK_BYTES);
+    let mut lines = 0;
+    while chunk.len() < CHUNK_BYTES {
+        let read = input.read_until(b'\n', &mut chunk)?;
+        if read == 0 {
+            break;
+        }
+        lines += 1;
+    }
+    Ok((chunk, lines))
+}
+
+/// What one request wrote.
+struct Written {
+    lines: u64,
+    rejected: u64,
+}
+
+/// Sends one chunk starting at input line `first_line`: its written and rejected lines
+/// (rejected ones printed now), or the error that stops the command.
+fn send(
+    args: &WriteArgs,
+    chunk: Vec<u8>,
+    first_line: u64,
+    before: &Tally,
+    progress: &Progress,
+) -> Result<Written, String> {
+    let request = args
+        .server
+        .post("/api/v3/write_lp")?
+        .query(&[
+            ("db", args.db.as_str()),
+            ("precision", args.precision.as_str()),
+        ])
+        .body(chunk);
+    let stopped = |why: String| stopped_at(args, first_line, before, &why);
+    let reply = exchange(request)
+        .map_err(|e| stopped(format!("{e} (its lines may or may not have been written)")))?;
+    let count = |header: &str| {
+        reply
+            .headers
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let written = count(quiver_http::LINES_WRITTEN_HEADER);
+    if reply.status.is_success() {
+        return Ok(Written {
+            lines: written.unwrap_or(0),
+            rejected: 0,
+        });
+    }
+    match written {
+        // some lines rejected, the others of this request written: go on, as the server did
+        Some(lines) if reply.status == reqwest::StatusCode::BAD_REQUEST => {
+            let rejected = count(quiver_http::LINES_REJECTED_HEADER).unwrap_or(0);
+            let described = describe_error_from_line(reply.status, &reply.body, first_line);
+            progress.println(&described);
+            Ok(Written { lines, rejected })
+        }
+        _ => Err(stopped(describe_error(reply.status, &reply.body))),
+    }
+}
+
+/// The message of a request that failed outright: what was written before it, and how to go
+/// on from its first line.
+fn stopped_at(args: &WriteArgs, first_line: u64, before: &Tally, why: &str) -> String {
+    let mut message = why.to_string();
+    if first_line > 1 {
+        let source = if args.file.as_os_str() == "-" {
+            "the input".to_string()
+        } else {
+            args.file.display().to_string()
+        };
+        message.push_str(&format!(
+            "\nstopped at line {first_line}: lines 1 to {} of {source} were sent and {} of them \
+             written (to database {:?}); nothing from line {first_line} on was confirmed. To go \
+             on from there: tail -n +{first_line} FILE | quiver write --db {} - (a point written \
+             twice keeps its last value)",
+            first_line - 1,
+            before.written,
+            args.db,
+            args.db
+        ));
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_end_at_line_ends_and_count_lines() {
+        let line = "cpu,host=a usage=1 1\n";
+        let text = line.repeat(CHUNK_BYTES / line.len() + 10) + "last 1";
+        let mut input = std::io::Cursor::new(text.clone().into_bytes());
+        let (first, first_lines) = read_chunk(&mut input).unwrap();
+        assert!(first.len() >= CHUNK_BYTES && first.ends_with(b"\n"));
+        assert_eq!(first_lines as usize, first.len() / line.len());
+        let (second, second_lines) = read_chunk(&mut input).unwrap();
+        assert!(second.ends_with(b"last 1"));
+        assert_eq!((first_lines + second_lines) as usize, text.lines().count());
+        assert_eq!(read_chunk(&mut input).unwrap(), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn a_line_longer_than_a_chunk_goes_whole() {
+        let long = format!("cpu v=\"{}\" 1\nnext v=1 2\n", "x".repeat(CHUNK_BYTES + 5));
+        let mut input = std::io::Cursor::new(long.into_bytes());
+        let (chunk, lines) = read_chunk(&mut input).unwrap();
+        assert_eq!(lines, 1);
+        assert!(chunk.ends_with(b"1\n") && chunk.len() > CHUNK_BYTES);
+    }
+}
