@@ -71,6 +71,32 @@ def test_write_of_a_large_file_numbers_rejected_lines_in_the_input(
     assert count_rows(server, "piped") == len(lines) - 2
 
 
+def test_an_entry_with_a_line_break_is_never_cut_and_a_bom_is_dropped(
+        server: SpawnedServer, quiver_bin: Path, tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    filler: list[str] = []
+    size = len(bom)
+    for line in points(CHUNK_BYTES // 40):
+        if size + len(line) + 1 + 200 >= CHUNK_BYTES:
+            break
+        filler.append(line)
+        size += len(line) + 1
+    # a line padded so that the multi-line entry starts 10 bytes before the 4 MiB cut: a
+    # reader cutting at the first line end past 4 MiB would cut it after "first"
+    pad = f'pad,host={"x" * (CHUNK_BYTES - size - 10 - 17)} v=1i 1'
+    assert size + len(pad) + 1 == CHUNK_BYTES - 10
+    rest = points(100, start=len(filler))
+    text = "\n".join(filler + [pad, 'log,host=a msg="first\nsecond" 5'] + rest) + "\n"
+    source = tmp_path / "strings.lp"
+    source.write_bytes(bom + text.encode())
+    result = cli(quiver_bin, server, "write", "--db", "strings", str(source))
+    assert result.returncode == 0, result.stderr
+    assert query_json(server.http_url, "strings", "SELECT msg FROM log") == [
+        {"msg": "first\nsecond"}]
+    assert count_rows(server, "strings") == len(filler) + len(rest)
+    assert count_rows(server, "strings", "pad") == 1
+
+
 def test_a_refused_request_stops_the_write_and_says_where_to_go_on(
         spawn_quiver: Spawn, quiver_bin: Path, tmp_path: Path) -> None:
     server = spawn_quiver("--data-dir", str(tmp_path / "data"), cwd=tmp_path,
@@ -89,7 +115,8 @@ def test_a_refused_request_stops_the_write_and_says_where_to_go_on(
                 if len("\n".join(first[:i + 1])) + 1 >= CHUNK_BYTES) + 1
     assert "413" in stderr, stderr
     assert f"stopped at line {sent + 1}: lines 1 to {sent} of {source} were sent" in stderr
-    assert f"tail -n +{sent + 1} FILE | quiver write --db refused -" in stderr
+    assert (f"tail -n +{sent + 1} FILE | quiver write --db refused --precision auto -"
+            in " ".join(stderr.split())), stderr
     assert count_rows(server, "refused") == sent
 
 

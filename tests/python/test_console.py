@@ -270,6 +270,40 @@ def test_fifty_thousand_rows_stay_virtual_and_the_chart_decimates(
     assert javascript_errors(browser) == []
 
 
+def test_an_answer_taller_than_a_browser_allows_still_scrolls_to_its_last_row(
+        spawn_quiver: Spawn, tmp_path: Path, browser: WebDriver) -> None:
+    # 26 px per row: 400,000 rows would be 10.4 M px, past the 8 M px the table's scrolling
+    # area is capped at, so scroll positions map to rows proportionally
+    server = spawn_quiver("--data-dir", str(tmp_path / "data"), cwd=tmp_path)
+    rows = 400_000
+    body = "".join(f"tall v={i}i {i + 1}\n" for i in range(rows))
+    write_ok(server.http_url, DB, body)
+    open_console(browser, server.http_url)
+    choose_database(browser, DB)
+    run_in_editor(browser, "SELECT v FROM tall ORDER BY time")
+    assert text_of(browser, "result-info").startswith("400,000 rows")
+    for fraction, expect_first in ((0.5, None), (1.0, rows - 1)):
+        browser.execute_script("const g = document.getElementById('table');"
+                               "g.scrollTop = (g.scrollHeight - g.clientHeight) * arguments[0];",
+                               fraction)
+        wait_for(browser, lambda d: len(visible_rows(d)) > 0 and (
+            expect_first is None or visible_rows(d)[-1][0] == str(expect_first)),
+            f"rows drawn at {fraction:.0%} of the scroll")
+        shown = [int(row[0]) for row in visible_rows(browser)]
+        assert shown == list(range(shown[0], shown[0] + len(shown))) and len(shown) <= 100
+        if expect_first is None:
+            assert abs(shown[len(shown) // 2] - rows // 2) < rows // 50, shown[:3]
+        # every drawn row lies within the scrolled view's neighbourhood
+        inside = browser.execute_script("""
+            const g = document.getElementById('table');
+            const top = g.getBoundingClientRect().top, bottom = top + g.clientHeight;
+            return [...document.querySelectorAll('#table .rows .row')].filter((r) => {
+              const b = r.getBoundingClientRect();
+              return b.bottom > top && b.top < bottom; }).length;""")
+        assert inside >= 10, inside
+    assert javascript_errors(browser) == []
+
+
 def test_downloads_are_the_answer_in_csv_parquet_and_arrow(
         spawn_quiver: Spawn, tmp_path: Path, browser: WebDriver) -> None:
     server = spawn_quiver("--data-dir", str(tmp_path / "data"), cwd=tmp_path)
@@ -395,6 +429,22 @@ def test_upload_line_protocol_and_csv(spawn_quiver: Spawn, tmp_path: Path,
     assert "1 line rejected" in rejected and "line 2:" in rejected and "oops" in rejected
     assert query_json(server.http_url, "uploads", "SELECT host, used FROM mem ORDER BY host") == [
         {"host": "a", "used": 1}, {"host": "b", "used": 3}]
+
+    # a string field value with a line break, straddling the console's 4 Mi-character cut
+    filler_line = "fill,host=a v=1i 1000000000\n"
+    filler = filler_line * ((4 << 20) // len(filler_line))
+    straddling = tmp_path / "straddling.lp"
+    straddling.write_text(filler + 'log,host=a msg="first\nsecond" 2000000000\n'
+                          "log,host=b msg=\"ok\" 3000000000\n")
+    browser.find_element(By.ID, "upload-file").send_keys(str(straddling))
+    browser.find_element(By.ID, "upload-button").click()
+    wait_for(browser, lambda d: "of straddling.lp" in text_of(d, "upload-status"),
+             "the second line-protocol upload's outcome")
+    lines = filler.count("\n") + 2
+    assert text_of(browser, "upload-status").startswith(f"Wrote {lines:,} lines"), \
+        text_of(browser, "upload-status")
+    assert query_json(server.http_url, "uploads", "SELECT host, msg FROM log ORDER BY host") == [
+        {"host": "a", "msg": "first\nsecond"}, {"host": "b", "msg": "ok"}]
 
     csv = tmp_path / "weather.csv"
     csv.write_text("time,station,temp,readings,note\n"

@@ -9,14 +9,17 @@
 
   /** Rows drawn above and below the visible ones in the result table. */
   const OVERSCAN_ROWS = 12;
+  /** The tallest scrolling area the table makes (browsers cap an element's height near
+   * 17-33 million pixels): past it, a scroll position maps to rows proportionally. */
+  const MAX_SCROLL_PX = 8000000;
   /** Most series drawn in one chart (a chart of a thousand lines shows nothing). */
   const MAX_SERIES = 24;
   /** How often the server page refreshes its figures, in milliseconds. */
   const REFRESH_MS = 2000;
   /** Samples of the server page's rate chart (five minutes at one per refresh). */
   const RATE_SAMPLES = 150;
-  /** Bytes of line protocol per upload request (cut at line ends). */
-  const LP_CHUNK_BYTES = 4 << 20;
+  /** Characters of line protocol per upload request (cut between entries). */
+  const LP_CHUNK_CHARS = 4 << 20;
   /** Rows of a CSV file per upload request. */
   const CSV_CHUNK_ROWS = 50000;
   const PALETTE = ['#2f6fdd', '#e8590c', '#2b8a3e', '#c2255c', '#7048e8', '#0c8599', '#e67700',
@@ -29,6 +32,7 @@
     view: 'table',
     running: null,
     chart: null,
+    schemaLoads: 0,
     serverTimer: null,
     samples: [],
     rateChart: null,
@@ -83,10 +87,12 @@
 
   // ---------------------------------------------------------------- login and databases
 
+  /** Asks for a token (once: a dialog already open keeps what is being typed in it). */
   function openLogin(reason) {
     $('login-reason').textContent = reason || '';
+    if ($('login').open) return;
     $('login-token').value = state.token;
-    if (!$('login').open) $('login').showModal();
+    $('login').showModal();
     $('login-token').focus();
   }
 
@@ -125,23 +131,34 @@
 
   // ---------------------------------------------------------------- table browser
 
+  /** Lists the tables of the chosen database (only the latest of overlapping loads shows). */
   async function loadSchema() {
+    const load = ++state.schemaLoads;
     const tree = $('schema-tree');
-    tree.replaceChildren();
-    $('schema-note').textContent = '';
+    const note = (text) => {
+      if (load === state.schemaLoads) $('schema-note').textContent = text;
+    };
     if (!state.db) {
-      $('schema-note').textContent = 'No database yet.';
+      tree.replaceChildren();
+      note('No database yet.');
       return;
     }
+    const db = state.db;
     const sql = 'SELECT table_name, column_name, data_type FROM information_schema.columns ' +
-      `WHERE table_schema = '${state.db.replaceAll("'", "''")}' ORDER BY table_name, ordinal_position`;
-    const response = await postQuery({ language: 'sql', db: state.db, text: sql }, 'json');
-    if (!response.ok) {
-      $('schema-note').textContent = `Cannot list the tables: ${await errorText(response)}`;
-      return;
+      `WHERE table_schema = '${db.replaceAll("'", "''")}' ORDER BY table_name, ordinal_position`;
+    let rows;
+    try {
+      const response = await postQuery({ language: 'sql', db, text: sql }, 'json');
+      rows = response.ok ? await response.json() : null;
+      if (!response.ok) note(`Cannot list the tables: ${await errorText(response)}`);
+    } catch (e) {
+      note(`Cannot list the tables: ${e.message}`);
     }
+    if (load !== state.schemaLoads || !rows) return;
+    tree.replaceChildren();
+    note('');
     const tables = new Map();
-    for (const row of await response.json()) {
+    for (const row of rows) {
       if (!tables.has(row.table_name)) tables.set(row.table_name, []);
       tables.get(row.table_name).push(row);
     }
@@ -419,7 +436,9 @@
       fraction += 1000000000n;
       seconds -= 1n;
     }
-    const whole = new Date(Number(seconds) * 1000).toISOString().slice(0, 19);
+    const date = new Date(Number(seconds) * 1000);
+    if (Number.isNaN(date.getTime())) return `${nanos} ns since 1970`; // past what Date holds
+    const whole = date.toISOString().replace(/\.\d{3}Z$/, '');
     const digits = fraction === 0n ? '' : '.' + fraction.toString().padStart(9, '0').replace(/0+$/, '');
     return `${whole}${digits}Z`;
   }
@@ -472,19 +491,27 @@
     }
     const body = document.createElement('div');
     body.className = 'rows';
-    body.style.height = `${rows * rowHeight}px`;
+    const height = Math.min(rows * rowHeight, MAX_SCROLL_PX);
+    body.style.height = `${height}px`;
     grid.append(body);
     let drawn = '';
     const draw = () => {
-      const first = Math.max(0, Math.floor(grid.scrollTop / rowHeight) - OVERSCAN_ROWS);
-      const last = Math.min(rows, Math.ceil((grid.scrollTop + grid.clientHeight) / rowHeight) + OVERSCAN_ROWS);
-      if (drawn === `${first}:${last}`) return;
-      drawn = `${first}:${last}`;
+      const view = grid.clientHeight;
+      // the row at the top of the view, fractional; rows are placed relative to it
+      const scrollable = Math.max(1, height - view);
+      const top = height < rows * rowHeight
+        ? (Math.min(grid.scrollTop, scrollable) / scrollable) * Math.max(0, rows - view / rowHeight)
+        : grid.scrollTop / rowHeight;
+      const first = Math.max(0, Math.floor(top) - OVERSCAN_ROWS);
+      const last = Math.min(rows, Math.ceil(top + view / rowHeight) + OVERSCAN_ROWS);
+      const key = `${first}:${last}:${top}`;
+      if (drawn === key) return;
+      drawn = key;
       const fragment = document.createDocumentFragment();
       for (let i = first; i < last; i++) {
         const row = document.createElement('div');
         row.className = 'row';
-        row.style.top = `${i * rowHeight}px`;
+        row.style.top = `${grid.scrollTop + (i - top) * rowHeight}px`;
         row.append(cell(`${numberWidth}ch`, String(i + 1), 'rownum'));
         result.columns.forEach((column, c) => {
           const value = column.read(i);
@@ -554,7 +581,7 @@
     const raw = rawValues(spec.time.vector);
     const unit = spec.time.vector.type.unit;
     const series = new Map();
-    let dropped = 0;
+    const dropped = new Set();
     for (let i = 0; i < rows; i++) {
       if (!spec.time.vector.isValid(i)) continue;
       const x = Number(toNanos(raw(i), unit)) / 1e9;
@@ -566,7 +593,7 @@
         let points = series.get(label);
         if (!points) {
           if (series.size >= MAX_SERIES) {
-            dropped += 1;
+            dropped.add(label);
             continue;
           }
           points = { xs: [], ys: [] };
@@ -587,7 +614,7 @@
         p.xs.forEach((x, k) => { line[position.get(x)] = p.ys[k]; });
         return line;
       });
-      return { labels, data: [instants, ...ys], decimated: false, dropped, points: instants.length };
+      return { labels, data: [instants, ...ys], decimated: false, dropped: dropped.size, points: instants.length };
     }
     const low = instants[0];
     const step = (instants[instants.length - 1] - low) / buckets || 1;
@@ -603,7 +630,7 @@
       });
       return line;
     });
-    return { labels, data: [xs, ...ys], decimated: true, dropped, points: instants.length };
+    return { labels, data: [xs, ...ys], decimated: true, dropped: dropped.size, points: instants.length };
   }
 
   /** Tick labels of a UTC time axis, as precise as the tick spacing (`increment`, seconds). */
@@ -684,14 +711,16 @@
       blob = new Blob([result.bytes], { type: DOWNLOADS.arrow.type });
     } else {
       $('status').textContent = `Preparing ${format.toUpperCase()}…`;
-      const response = await postQuery(result.query, format);
-      if (!response.ok) {
-        $('status').textContent = '';
-        showError(await errorText(response));
+      try {
+        const response = await postQuery(result.query, format);
+        if (!response.ok) throw new Error(await errorText(response));
+        blob = await response.blob();
+      } catch (e) {
+        showError(`The ${format.toUpperCase()} download failed: ${e.message}`);
         return;
+      } finally {
+        $('status').textContent = '';
       }
-      blob = await response.blob();
-      $('status').textContent = '';
     }
     const link = document.createElement('a');
     link.href = URL.createObjectURL(blob);
@@ -737,6 +766,7 @@
   }
 
   async function refreshServer() {
+    if ($('login').open) return; // a token is being typed: no request until it is given
     const settled = await Promise.allSettled([
       api('/metrics').then((r) => (r.ok ? r.text() : errorText(r).then((m) => Promise.reject(new Error(m))))),
       getJson('/api/v3/cache'),
@@ -972,63 +1002,99 @@
     }
   }
 
-  /** Sends a line-protocol file in requests of about `LP_CHUNK_BYTES`, cut at line ends. */
+  /**
+   * The end of the line-protocol entry that ends at or after `target`: a line end outside a
+   * quoted string field value (a string field may hold line breaks), scanning from `start`, the
+   * start of an entry.
+   */
+  function entryBoundary(text, start, target) {
+    let section = 0; // 0: measurement and tags, 1: fields, 2: timestamp
+    let quoted = false;
+    let escaped = false;
+    for (let i = start; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (escaped) escaped = false;
+      else if (c === 92) escaped = true; // a backslash escapes the next character
+      else if (c === 34 && section === 1) quoted = !quoted;
+      else if (c === 32 && !quoted) section += 1;
+      else if (c === 10 && !quoted) {
+        if (i + 1 >= target) return i + 1;
+        section = 0;
+      }
+    }
+    return text.length;
+  }
+
+  /** Sends a line-protocol file in requests of about `LP_CHUNK_CHARS`, cut between entries. */
   async function uploadLineProtocol(file, db) {
     const text = await file.text();
     const precision = $('upload-precision').value;
     let offset = 0;
     let firstLine = 1;
     let written = 0;
+    let rejectedCount = 0;
     const rejected = [];
+    const listed = () => (rejectedCount ? `\n${rejectedCount} line${rejectedCount === 1 ? '' : 's'} rejected:\n${rejected.slice(0, 200).join('\n')}` : '');
     while (offset < text.length) {
-      let end = Math.min(text.length, offset + LP_CHUNK_BYTES);
-      if (end < text.length) {
-        const newline = text.indexOf('\n', end);
-        end = newline === -1 ? text.length : newline + 1;
-      }
+      const end = entryBoundary(text, offset, offset + LP_CHUNK_CHARS);
       const chunk = text.slice(offset, end);
       const lines = chunk.split('\n').length - (chunk.endsWith('\n') ? 1 : 0);
       const query = new URLSearchParams({ db, precision });
       const response = await api(`/api/v3/write_lp?${query}`, { method: 'POST', body: chunk });
-      const wrote = Number(response.headers.get('x-quiver-lines-written'));
+      const wrote = Number(response.headers.get('x-quiver-lines-written')) || 0;
       if (!response.ok) {
         const body = await response.text();
         let parsed = null;
         try { parsed = JSON.parse(body); } catch (_) { /* not JSON */ }
-        if (response.status === 400 && parsed && Array.isArray(parsed.data) && response.headers.has('x-quiver-lines-written')) {
-          // rejected lines, the rest of this request written
-          written += wrote;
-          for (const line of parsed.data) {
-            rejected.push(`line ${line.line_number + firstLine - 1}: ${line.error_message} (${line.original_line})`);
-          }
-        } else {
+        if (response.status !== 400 || !parsed || !Array.isArray(parsed.data) || !response.headers.has('x-quiver-lines-written')) {
           throw new Error(`Stopped at line ${firstLine}: ${parsed && parsed.error ? parsed.error : body || response.status}.\n` +
-            `${written.toLocaleString('en')} lines before it were written; nothing after it was sent.`);
+            `${written.toLocaleString('en')} lines before it were written; nothing from it on was.${listed()}`);
         }
-      } else {
-        written += wrote || 0;
+        // some lines rejected, the rest of this request written
+        rejectedCount += Number(response.headers.get('x-quiver-lines-rejected')) || parsed.data.length;
+        for (const line of parsed.data) {
+          rejected.push(`line ${line.line_number + firstLine - 1}: ${line.error_message} (${line.original_line})`);
+        }
       }
+      written += wrote;
       offset = end;
       firstLine += lines;
       $('upload-progress').value = offset / text.length;
       $('upload-status').textContent = `${Math.round((100 * offset) / text.length)} % · ${written.toLocaleString('en')} lines written`;
     }
-    if (rejected.length) {
-      $('upload-errors').textContent = `${rejected.length} line${rejected.length === 1 ? '' : 's'} rejected:\n` + rejected.slice(0, 200).join('\n');
+    if (rejectedCount) {
+      $('upload-errors').textContent = listed().trimStart() +
+        (rejected.length < rejectedCount ? '\n(the server lists at most max_reported_line_errors per request)' : '');
       $('upload-errors').hidden = false;
     }
     return `Wrote ${written.toLocaleString('en')} lines of ${file.name} to ${db}` +
-      (rejected.length ? `; ${rejected.length} rejected (listed below).` : '.');
+      (rejectedCount ? `; ${rejectedCount} rejected (listed below).` : '.');
   }
 
-  /** Parses CSV text (RFC 4180: quoted fields, doubled quotes, CRLF) into rows of strings. */
+  /**
+   * Parses CSV text (RFC 4180: quoted fields with doubled quotes and line breaks, CRLF; a
+   * leading byte-order mark is dropped) into rows of strings; each row's `line` is the line of
+   * the file it starts on. Blank lines are skipped.
+   */
   function parseCsv(text) {
     const rows = [];
     let row = [];
     let field = '';
     let quoted = false;
-    for (let i = 0; i < text.length; i++) {
+    let line = 1;
+    let rowLine = 1;
+    const endRow = () => {
+      row.push(field);
+      field = '';
+      if (row.length > 1 || row[0] !== '') {
+        row.line = rowLine;
+        rows.push(row);
+      }
+      row = [];
+    };
+    for (let i = text.charCodeAt(0) === 0xfeff ? 1 : 0; i < text.length; i++) {
       const c = text[i];
+      if (c === '\n') line += 1;
       if (quoted) {
         if (c === '"' && text[i + 1] === '"') { field += '"'; i += 1; }
         else if (c === '"') quoted = false;
@@ -1036,17 +1102,24 @@
       } else if (c === '"' && field === '') quoted = true;
       else if (c === ',') { row.push(field); field = ''; }
       else if (c === '\n' || c === '\r') {
-        if (c === '\r' && text[i + 1] === '\n') i += 1;
-        row.push(field);
-        field = '';
-        if (row.length > 1 || row[0] !== '') rows.push(row);
-        row = [];
+        if (c === '\r' && text[i + 1] === '\n') { i += 1; line += 1; }
+        else if (c === '\r') line += 1;
+        endRow();
+        rowLine = line;
       } else field += c;
     }
-    if (quoted) throw new Error('The CSV file ends inside a quoted field.');
-    row.push(field);
-    if (row.length > 1 || row[0] !== '') rows.push(row);
+    if (quoted) throw new Error(`The CSV file ends inside a quoted field (opened on line ${rowLine} or after).`);
+    endRow();
     return rows;
+  }
+
+  const INT64_MIN = -(2n ** 63n);
+  const INT64_MAX = 2n ** 63n - 1n;
+
+  function isInt64(text) {
+    if (!/^[+-]?\d+$/.test(text)) return false;
+    const value = BigInt(text);
+    return value >= INT64_MIN && value <= INT64_MAX;
   }
 
   /** The Arrow type a CSV column's values fit: integer, float, boolean or text. */
@@ -1055,7 +1128,7 @@
     for (const row of rows) {
       const v = row[c];
       if (v === undefined || v === '') continue;
-      const here = /^[+-]?\d+$/.test(v) ? 'int' : Number.isFinite(Number(v)) ? 'float' : /^(true|false)$/i.test(v) ? 'bool' : 'text';
+      const here = isInt64(v) ? 'int' : Number.isFinite(Number(v)) ? 'float' : /^(true|false)$/i.test(v) ? 'bool' : 'text';
       if (kind === null || kind === here) kind = here;
       else if ((kind === 'int' && here === 'float') || (kind === 'float' && here === 'int')) kind = 'float';
       else return 'text';
@@ -1065,6 +1138,14 @@
 
   /** A CSV time value in nanoseconds: an integer in the chosen epoch unit, or an RFC 3339 date. */
   function csvTime(value, unit, line) {
+    const nanos = parseCsvTime(value, unit, line);
+    if (nanos < INT64_MIN || nanos > INT64_MAX) {
+      throw new Error(`line ${line}: the time ${value} is past what nanoseconds since 1970 can hold (wrong epoch unit?)`);
+    }
+    return nanos;
+  }
+
+  function parseCsvTime(value, unit, line) {
     if (/^[+-]?\d+$/.test(value)) return BigInt(value) * NANOS_PER_UNIT[['s', 'ms', 'us', 'ns'].indexOf(unit)];
     const match = /^(.*?)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$/.exec(value.trim());
     // a date and time without an offset is UTC (a bare date already is)
@@ -1143,8 +1224,13 @@
     const header = rows.shift();
     const timeIndex = header.indexOf(timeColumn);
     if (timeIndex === -1) throw new Error(`The CSV header has no column ${JSON.stringify(timeColumn)} (columns: ${header.join(', ')}).`);
+    // every row checked, every time read, before anything is sent
+    const unit = $('upload-epoch').value;
+    const times = new BigInt64Array(rows.length);
     rows.forEach((row, i) => {
-      if (row.length !== header.length) throw new Error(`line ${i + 2}: ${row.length} fields where the header names ${header.length}`);
+      if (row.length !== header.length) throw new Error(`line ${row.line}: ${row.length} fields where the header names ${header.length}`);
+      if (row[timeIndex] === '') throw new Error(`line ${row.line}: the time is empty`);
+      times[i] = csvTime(row[timeIndex], unit, row.line);
     });
     const kinds = header.map((_, c) => csvKind(rows, c));
     const tagInput = $('upload-tags').value.trim();
@@ -1152,8 +1238,8 @@
       : header.filter((name, c) => c !== timeIndex && kinds[c] === 'text'));
     for (const tag of tags) {
       if (!header.includes(tag)) throw new Error(`The tag column ${JSON.stringify(tag)} is not in the CSV header.`);
+      if (tag === timeColumn) throw new Error(`The time column ${JSON.stringify(tag)} cannot be a tag.`);
     }
-    const unit = $('upload-epoch').value;
     let sent = 0;
     for (let start = 0; start < rows.length; start += CSV_CHUNK_ROWS) {
       const chunk = rows.slice(start, start + CSV_CHUNK_ROWS);
@@ -1161,12 +1247,8 @@
       header.forEach((name, c) => {
         const values = chunk.map((row) => (row[c] === '' ? null : row[c]));
         if (c === timeIndex) {
-          const nanos = new BigInt64Array(chunk.length);
-          values.forEach((v, i) => {
-            if (v === null) throw new Error(`line ${start + i + 2}: the time is empty`);
-            nanos[i] = csvTime(v, unit, start + i + 2);
-          });
-          columns[name] = Arrow.makeVector({ type: new Arrow.TimestampNanosecond('UTC'), data: nanos });
+          const data = times.slice(start, start + chunk.length);
+          columns[name] = Arrow.makeVector({ type: new Arrow.TimestampNanosecond('UTC'), data });
         } else {
           columns[name] = Arrow.makeVector((tags.has(name) ? tagColumn : CSV_COLUMN[kinds[c]])(values));
         }
@@ -1179,7 +1261,7 @@
         body,
       });
       if (!response.ok) {
-        throw new Error(`Rows from line ${start + 2} on were not written: ${await errorText(response)}\n` +
+        throw new Error(`Rows from line ${chunk[0].line} on were not written: ${await errorText(response)}\n` +
           `${sent.toLocaleString('en')} rows before them were written.`);
       }
       sent += chunk.length;

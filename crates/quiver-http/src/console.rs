@@ -76,7 +76,10 @@ fn serve(name: &str, request: &HeaderMap) -> Response {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|tag| tag.trim() == etag || tag.trim() == "*");
+        .map(|tag| tag.trim())
+        // a proxy that compresses marks the tag weak: the bytes are still these
+        .map(|tag| tag.strip_prefix("W/").unwrap_or(tag))
+        .any(|tag| tag == etag || tag == "*");
     let headers = [
         (
             header::CONTENT_TYPE,

@@ -116,9 +116,8 @@ pub fn import(args: ImportArgs) -> Result<(), String> {
     for batch in input.batches {
         let batch =
             batch.map_err(|e| stopped(&args, written, &format!("cannot read the file: {e}")))?;
-        let shaped = shaped(&batch, &shape, written).map_err(|e| stopped(&args, written, &e))?;
-        send(&args, &table, &shaped).map_err(|e| stopped(&args, written, &e))?;
-        written += batch.num_rows() as u64;
+        send(&args, &table, &batch, &shape, &mut written)
+            .map_err(|e| stopped(&args, written, &e))?;
         let position = (input.position)();
         progress.advance(position.saturating_sub(consumed), batch.num_rows() as u64);
         consumed = position;
@@ -183,7 +182,8 @@ fn open(file: &Path, format: FileFormat, batch_rows: usize) -> Result<Input, Str
                 schema,
                 size,
                 position: Box::new(move || {
-                    size * rows_read.load(Ordering::Relaxed).min(total_rows) / total_rows
+                    let read = rows_read.load(Ordering::Relaxed).min(total_rows);
+                    (u128::from(size) * u128::from(read) / u128::from(total_rows)) as u64
                 }),
             })
         }
@@ -280,6 +280,9 @@ fn shape(args: &ImportArgs, format: FileFormat, schema: &Schema) -> Result<Shape
             .collect(),
     };
     for tag in &tags {
+        if tag == &args.time_column {
+            return Err(format!("the time column {tag:?} cannot also be a tag"));
+        }
         let field = schema.field_with_name(tag).map_err(|_| {
             format!(
                 "the tag column {tag:?} is not in the file (its columns: {})",
@@ -290,7 +293,7 @@ fn shape(args: &ImportArgs, format: FileFormat, schema: &Schema) -> Result<Shape
             DataType::Dictionary(_, value) => is_text(value),
             other => is_text(other),
         };
-        if !text || tag == &args.time_column {
+        if !text {
             return Err(format!(
                 "the tag column {tag:?} holds {}: tags are text",
                 field.data_type()
@@ -326,9 +329,12 @@ fn shaped(batch: &RecordBatch, shape: &Shape, first_row: u64) -> Result<RecordBa
             fields.push(Field::new("time", time.data_type().clone(), false));
             columns.push(time);
         } else if shape.tags.contains(field.name()) {
+            // through plain text, so that the dictionary holds only this batch's values (a
+            // Parquet dictionary may hold the whole file's, sent again with every request)
             let tag_type =
                 DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
-            let tag = arrow::compute::cast(column, &tag_type)
+            let tag = arrow::compute::cast(column, &DataType::Utf8)
+                .and_then(|text| arrow::compute::cast(&text, &tag_type))
                 .map_err(|e| format!("the tag column {:?}: {e}", field.name()))?;
             fields.push(Field::new(field.name(), tag_type, true));
             columns.push(tag);
@@ -359,7 +365,12 @@ fn time_column(
     }
     let time: ArrayRef = match column.data_type() {
         t if t.is_integer() => {
-            let integers = arrow::compute::cast(column, &DataType::Int64).map_err(|e| e.to_string())?;
+            let exact = CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            let integers = cast_with_options(column, &DataType::Int64, &exact)
+                .map_err(|e| format!("the time column {name:?} (rows from {}): {e}", row(0)))?;
             let integers = integers.as_primitive::<Int64Type>();
             let mut nanos = Vec::with_capacity(integers.len());
             for (i, value) in integers.values().iter().enumerate() {
@@ -391,13 +402,27 @@ fn time_column(
     Ok(time)
 }
 
-/// Writes `batch` as one Arrow IPC request, or in halves while it is too big for one.
-fn send(args: &ImportArgs, table: &str, batch: &RecordBatch) -> Result<(), String> {
-    let body = ipc_stream(batch)?;
+/// Writes `batch` (as the file holds it) in Quiver's data model as one Arrow IPC request, or in
+/// halves while one is too big; `written` counts the rows each request wrote.
+fn send(
+    args: &ImportArgs,
+    table: &str,
+    batch: &RecordBatch,
+    shape: &Shape,
+    written: &mut u64,
+) -> Result<(), String> {
+    let body = ipc_stream(&shaped(batch, shape, *written)?)?;
+    // halves are shaped anew, each with the dictionaries of its own rows, so they shrink
     if body.len() > MAX_REQUEST_BYTES && batch.num_rows() > 1 {
         let half = batch.num_rows() / 2;
-        send(args, table, &batch.slice(0, half))?;
-        return send(args, table, &batch.slice(half, batch.num_rows() - half));
+        send(args, table, &batch.slice(0, half), shape, written)?;
+        return send(
+            args,
+            table,
+            &batch.slice(half, batch.num_rows() - half),
+            shape,
+            written,
+        );
     }
     let request = args
         .server
@@ -409,11 +434,11 @@ fn send(args: &ImportArgs, table: &str, batch: &RecordBatch) -> Result<(), Strin
         )
         .body(body);
     let reply = exchange(request)?;
-    if reply.status.is_success() {
-        Ok(())
-    } else {
-        Err(describe_error(reply.status, &reply.body))
+    if !reply.status.is_success() {
+        return Err(describe_error(reply.status, &reply.body));
     }
+    *written += batch.num_rows() as u64;
+    Ok(())
 }
 
 fn ipc_stream(batch: &RecordBatch) -> Result<Vec<u8>, String> {
@@ -495,6 +520,8 @@ mod tests {
         assert!(time_column(&empty, 1, "t", 10)
             .unwrap_err()
             .starts_with("data row 12:"));
+        let unsigned = Arc::new(arrow::array::UInt64Array::from(vec![u64::MAX])) as ArrayRef;
+        assert!(time_column(&unsigned, 1, "t", 0).is_err());
         let huge = Arc::new(Int64Array::from(vec![i64::MAX / 10])) as ArrayRef;
         assert!(time_column(&huge, 1_000_000_000, "t", 0)
             .unwrap_err()

@@ -15,6 +15,9 @@ use super::{describe_error, describe_error_from_line, exchange, plural, ServerAd
 /// Bytes of line protocol per request (a line longer than this goes whole in its own).
 const CHUNK_BYTES: usize = 4 << 20;
 
+/// The UTF-8 byte-order mark some editors put at the start of a text file.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
 /// Arguments of `quiver write`.
 #[derive(Debug, Args)]
 pub struct WriteArgs {
@@ -51,8 +54,12 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
     let mut tally = Tally::default();
     let mut requests = 0;
     loop {
-        let (chunk, lines) = read_chunk(&mut input)
+        let (mut chunk, lines) = read_chunk(&mut input)
             .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+        if requests == 0 && chunk.starts_with(UTF8_BOM) {
+            // a byte-order mark is not part of the first measurement's name
+            chunk.drain(..UTF8_BOM.len());
+        }
         // an empty input is still one request: the server says what it makes of it
         if chunk.is_empty() && requests > 0 {
             break;
@@ -99,18 +106,60 @@ fn open(file: &PathBuf) -> Result<(Box<dyn BufRead>, Option<u64>), String> {
     Ok((Box::new(BufReader::new(opened)), size))
 }
 
-/// The next whole lines of the input, about [`CHUNK_BYTES`] of them, and how many lines.
+/// The next whole entries of the input, about [`CHUNK_BYTES`] of them, and how many lines
+/// they span. A chunk ends at a line end outside a quoted string field value (a string field
+/// may hold line breaks: its entry is never cut in two).
 fn read_chunk(input: &mut dyn BufRead) -> std::io::Result<(Vec<u8>, u64)> {
     let mut chunk = Vec::with_capacity(CHUNK_BYTES);
     let mut lines = 0;
-    while chunk.len() < CHUNK_BYTES {
+    let mut entry = EntryScan::default();
+    loop {
+        let start = chunk.len();
         let read = input.read_until(b'\n', &mut chunk)?;
         if read == 0 {
             break;
         }
         lines += 1;
+        if entry.goes_on_after(&chunk[start..]) || chunk.len() < CHUNK_BYTES {
+            continue;
+        }
+        break;
     }
     Ok((chunk, lines))
+}
+
+/// Where a line-protocol entry is, read line by line: in its measurement and tags, its fields
+/// (and inside a quoted string value or not), or its timestamp.
+#[derive(Default)]
+struct EntryScan {
+    /// Spaces outside quotes so far: 0 in the measurement and tags, 1 in the fields.
+    section: u8,
+    quoted: bool,
+}
+
+impl EntryScan {
+    /// Reads one line (with its `\n`) of the entry; true if the entry goes on on the next
+    /// line (a string field value is still open), else the scan is ready for the next entry.
+    fn goes_on_after(&mut self, line: &[u8]) -> bool {
+        let mut escaped = false;
+        for &byte in line {
+            if escaped {
+                escaped = false;
+                continue;
+            }
+            match byte {
+                b'\\' => escaped = true,
+                b'"' if self.section == 1 => self.quoted = !self.quoted,
+                b' ' if !self.quoted => self.section = self.section.saturating_add(1),
+                _ => {}
+            }
+        }
+        if self.quoted {
+            return true;
+        }
+        *self = Self::default();
+        false
+    }
 }
 
 /// What one request wrote.
@@ -178,12 +227,13 @@ fn stopped_at(args: &WriteArgs, first_line: u64, before: &Tally, why: &str) -> S
         message.push_str(&format!(
             "\nstopped at line {first_line}: lines 1 to {} of {source} were sent and {} of them \
              written (to database {:?}); nothing from line {first_line} on was confirmed. To go \
-             on from there: tail -n +{first_line} FILE | quiver write --db {} - (a point written \
-             twice keeps its last value)",
+             on from there (with the same --host and --token): tail -n +{first_line} FILE | \
+             quiver write --db {} --precision {} - (a point written twice keeps its last value)",
             first_line - 1,
             before.written,
             args.db,
-            args.db
+            args.db,
+            args.precision
         ));
     }
     message
@@ -205,6 +255,24 @@ mod tests {
         assert!(second.ends_with(b"last 1"));
         assert_eq!((first_lines + second_lines) as usize, text.lines().count());
         assert_eq!(read_chunk(&mut input).unwrap(), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn an_entry_with_a_line_break_in_a_string_field_is_never_cut() {
+        let filler = "cpu,host=a usage=1 1\n".repeat(CHUNK_BYTES / 21);
+        let text = format!("{filler}log,host=\"a msg=\"one\ntwo \\\" three\" 5\nafter v=1 6\n");
+        let mut input = std::io::Cursor::new(text.into_bytes());
+        let (first, lines) = read_chunk(&mut input).unwrap();
+        assert!(
+            first.ends_with(b"three\" 5\n"),
+            "{:?}",
+            String::from_utf8_lossy(&first[first.len() - 40..])
+        );
+        assert_eq!(lines as usize, CHUNK_BYTES / 21 + 2);
+        assert_eq!(
+            read_chunk(&mut input).unwrap(),
+            (b"after v=1 6\n".to_vec(), 1)
+        );
     }
 
     #[test]
