@@ -116,8 +116,8 @@ impl QueryEngine {
                 DiskManagerBuilder::default().with_mode(spill_mode(store.data_dir())?),
             );
         let runtime = runtime.build_arc()?;
-        if let Some(data_dir) = store.data_dir() {
-            crate::provider::register_data_store(&runtime, data_dir)?;
+        if let Some(files) = store.data_store() {
+            crate::provider::register_data_store(&runtime, files.clone());
         }
         let governor = Governor::start(options.limits())?;
         let config = session_config(&options);

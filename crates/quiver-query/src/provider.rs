@@ -41,7 +41,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::object_store::local::LocalFileSystem;
+use datafusion::object_store::ObjectStore;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::empty::EmptyExec;
@@ -62,11 +62,12 @@ use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
 use crate::tag_filter::keep_matching_tags;
 use crate::time_filter::{is_time_range, time_bounds, TimeBounds};
 
-/// The object store that holds a durable store's files: its data directory, registered in
-/// the engine's runtime (see [`register_data_store`]). Files are addressed by their
-/// catalog-relative paths ([`quiver_storage::FileEntry::path`]), so nothing about the data
-/// directory's own path (relative, symlinked, spaces, `%`, unicode) reaches DataFusion, and
-/// another object store (S3-compatible, say) can take its place.
+/// The URL of the object store that holds a durable store's files (storage's own,
+/// [`quiver_storage::Store::data_store`]), registered in the engine's runtime (see
+/// [`register_data_store`]). Files are addressed by their catalog-relative paths
+/// ([`quiver_storage::FileEntry::path`]), so nothing about the data directory's own path
+/// (relative, symlinked, spaces, `%`, unicode) reaches DataFusion, and another object store
+/// (S3-compatible, say) can take its place.
 const DATA_STORE_URL: &str = "quiver://data/";
 
 /// The URL under which [`register_data_store`] registered the data directory.
@@ -74,11 +75,9 @@ fn data_store_url() -> ObjectStoreUrl {
     ObjectStoreUrl::parse(DATA_STORE_URL).expect("a valid object store URL")
 }
 
-/// Registers `data_dir` in `runtime` as the object store the table scans read files from.
-pub(crate) fn register_data_store(runtime: &RuntimeEnv, data_dir: &std::path::Path) -> Result<()> {
-    let store = LocalFileSystem::new_with_prefix(data_dir)?;
-    runtime.register_object_store(data_store_url().as_ref(), Arc::new(store));
-    Ok(())
+/// Registers storage's object store in `runtime` as the one the table scans read files from.
+pub(crate) fn register_data_store(runtime: &RuntimeEnv, files: Arc<dyn ObjectStore>) {
+    runtime.register_object_store(data_store_url().as_ref(), files);
 }
 
 /// Name of the column that carries a source's write order into the merge.

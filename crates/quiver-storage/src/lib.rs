@@ -27,6 +27,7 @@ mod buffer_runs;
 mod catalog;
 mod chunk_cache;
 mod compaction;
+mod data_store;
 mod database;
 mod decoded;
 mod dedup;
@@ -196,6 +197,8 @@ pub struct Store {
     persister: Option<Arc<Persister>>,
     /// Parsed metadata and column chunks of the Parquet files, for every reader.
     chunk_cache: Arc<ChunkCache>,
+    /// Where the Parquet files are read from; `None` for a memory-only store.
+    data_store: Option<Arc<dyn object_store::ObjectStore>>,
     /// The retention period of databases that set none.
     default_retention: RetentionPeriod,
     /// Held by each change to the set of databases and tables or their settings (create,
@@ -228,6 +231,7 @@ impl Store {
             buffer: Arc::new(Buffer::new(usize::MAX, rollups.clone())),
             persister: None,
             chunk_cache: Arc::new(ChunkCache::new(0)),
+            data_store: None,
             default_retention: RetentionPeriod::FOREVER,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
@@ -274,6 +278,7 @@ impl Store {
         let value_caches = ValueCaches::open(Some(&options.data_dir))?;
         let buffer = Arc::new(Buffer::new(options.persist.persist_bytes, rollups.clone()));
         let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
+        let data_store = data_store::local(&options.data_dir)?;
         let persister = Arc::new(Persister::new(
             options.data_dir.clone(),
             options.persist.clone(),
@@ -289,6 +294,7 @@ impl Store {
             buffer,
             persister: Some(persister.clone()),
             chunk_cache,
+            data_store: Some(data_store),
             default_retention,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
@@ -329,6 +335,13 @@ impl Store {
     /// goes through (off, capacity 0, for a memory-only store).
     pub fn chunk_cache(&self) -> &Arc<ChunkCache> {
         &self.chunk_cache
+    }
+
+    /// The object store a durable store's Parquet files are read from, by their
+    /// catalog-relative paths ([`FileEntry::path`]); `None` for a memory-only store. Every
+    /// reader shares it (the query engine's scans register it).
+    pub fn data_store(&self) -> Option<&Arc<dyn object_store::ObjectStore>> {
+        self.data_store.as_ref()
     }
 
     /// The absolute data directory of a durable store (catalog-relative file paths such as
