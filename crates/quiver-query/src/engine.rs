@@ -116,9 +116,7 @@ impl QueryEngine {
                 DiskManagerBuilder::default().with_mode(spill_mode(store.data_dir())?),
             );
         let runtime = runtime.build_arc()?;
-        if let Some(files) = store.data_store() {
-            crate::provider::register_data_store(&runtime, files.clone());
-        }
+        crate::provider::register_data_store(&runtime, store.data_store().clone());
         let governor = Governor::start(options.limits())?;
         let config = session_config(&options);
         let settings = config.options();

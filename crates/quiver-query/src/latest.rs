@@ -354,8 +354,9 @@ impl TableProvider for LatestRowsTable {
         let retained = table.retention_cutoff_ns(now_ns).unwrap_or(i64::MIN);
         let since = retained.max(time_bounds(filters).min);
         let cache = self.table.chunk_cache().clone();
+        let files = crate::provider::data_store(state.runtime_env())?;
         let newest = tokio::task::spawn_blocking(move || {
-            quiver_storage::latest_rows(&snapshot, since, &cache)
+            quiver_storage::latest_rows(&files, &snapshot, since, &cache)
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?

@@ -80,6 +80,11 @@ pub(crate) fn register_data_store(runtime: &RuntimeEnv, files: Arc<dyn ObjectSto
     runtime.register_object_store(data_store_url().as_ref(), files);
 }
 
+/// The object store the table scans of `runtime` read files from (storage's).
+pub(crate) fn data_store(runtime: &RuntimeEnv) -> Result<Arc<dyn ObjectStore>> {
+    runtime.object_store(data_store_url())
+}
+
 /// Name of the column that carries a source's write order into the merge.
 const SOURCE_COLUMN: &str = "__quiver_source";
 
@@ -376,7 +381,7 @@ impl Scan<'_> {
     /// Readers of the data store's files through the chunk cache (only stores with files have
     /// a data store registered).
     fn readers(&self) -> Result<Arc<CachedChunkReaderFactory>> {
-        let store = self.state.runtime_env().object_store(data_store_url())?;
+        let store = data_store(self.state.runtime_env())?;
         Ok(Arc::new(CachedChunkReaderFactory::new(
             store,
             self.chunk_cache.clone(),
@@ -450,12 +455,16 @@ impl Scan<'_> {
         if files.is_empty() {
             return;
         }
+        let Ok(store) = data_store(self.state.runtime_env()) else {
+            return;
+        };
         let (columns, cache) = (columns.to_vec(), cache.clone());
         // a failure leaves the columns undecoded: scans keep reading the file (and fail
         // themselves if it cannot be read)
         drop(runtime.spawn_blocking(move || {
             for file in files {
-                if let Err(error) = quiver_storage::decode_columns(&file, &columns, &cache) {
+                if let Err(error) = quiver_storage::decode_columns(&store, &file, &columns, &cache)
+                {
                     tracing::warn!(
                         file = %file.entry.path, %error,
                         "cannot decode the file's columns; scans keep reading it from Parquet"

@@ -25,7 +25,6 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -620,12 +619,12 @@ impl From<StorageError> for Box<MergeFailure> {
 /// the error's subject so it can be quarantined. At most two copies of the rows are alive at
 /// any moment (the read batches and their concatenation, then that and the sorted result).
 pub(crate) fn read_merged(
-    data_dir: &Path,
+    files: &Arc<dyn object_store::ObjectStore>,
     merge: &Merge,
 ) -> Result<RecordBatch, Box<MergeFailure>> {
     let mut batches = Vec::new();
     for input in &merge.inputs {
-        read_file(&data_dir.join(&input.path), &mut batches).map_err(|error| {
+        read_file(files, input, &mut batches).map_err(|error| {
             Box::new(MergeFailure {
                 unreadable: Some(input.clone()),
                 error,
@@ -635,9 +634,13 @@ pub(crate) fn read_merged(
     Ok(merge_chunks(&merge.schema, batches)?)
 }
 
-/// Appends the file's rows to `batches`.
-fn read_file(path: &Path, batches: &mut Vec<RecordBatch>) -> Result<(), StorageError> {
-    let file = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
+/// Appends the rows of the file `entry` names to `batches`.
+fn read_file(
+    files: &Arc<dyn object_store::ObjectStore>,
+    entry: &FileEntry,
+    batches: &mut Vec<RecordBatch>,
+) -> Result<(), StorageError> {
+    let file = crate::data_store::StoreFile::new(files, entry);
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
         .with_batch_size(64 * 1024)
         .build()?;

@@ -12,7 +12,7 @@
 //! reads the file's tags once to keep where each series begins ([`crate::series`]), which
 //! lets a scan of the decoded columns skip to the series and times it wants.
 
-use std::fs::File;
+use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::datatypes::FieldRef;
@@ -46,6 +46,7 @@ pub fn cached_columns(
 /// time); a column whose stored type differs from the field's is left out (its scans keep
 /// reading the file).
 pub fn decode_columns(
+    files: &Arc<dyn object_store::ObjectStore>,
     file: &ParquetFile,
     columns: &[FieldRef],
     cache: &ChunkCache,
@@ -65,7 +66,7 @@ pub fn decode_columns(
     if missing.is_empty() && !needs_starts {
         return Ok(());
     }
-    let reader = File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
+    let reader = crate::data_store::StoreFile::new(files, &file.entry);
     let unreadable = |e| StorageError::parquet(&file.path, e);
     let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(unreadable)?;
     let stored = builder.schema().clone();
@@ -161,7 +162,6 @@ fn whole_column(batches: &[RecordBatch], name: &str) -> Result<ArrayRef, Storage
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use arrow::array::{Array, Float64Array, Int64Array};
     use arrow::datatypes::{DataType, Field, Schema};
@@ -188,9 +188,10 @@ mod tests {
     /// `batch` written as a file of row groups of 100 rows.
     fn written(dir: &std::path::Path, batch: &RecordBatch) -> ParquetFile {
         let rows = batch.num_rows();
-        let path = dir.join("f.parquet");
+        let path = dir.join("tables/f.parquet");
+        std::fs::create_dir_all(dir.join("tables")).unwrap();
         let mut writer = parquet::arrow::ArrowWriter::try_new(
-            File::create(&path).unwrap(),
+            std::fs::File::create(&path).unwrap(),
             batch.schema(),
             Some(
                 parquet::file::properties::WriterProperties::builder()
@@ -209,12 +210,17 @@ mod tests {
                 min_time_ns: 0,
                 max_time_ns: 0,
                 rows: rows as u64,
-                bytes: 0,
+                bytes: std::fs::metadata(&path).unwrap().len(),
                 generation: 0,
                 arrow_bytes: 0,
             },
             path,
         }
+    }
+
+    /// The data store over `dir`, where [`written`] puts its file.
+    fn files(dir: &tempfile::TempDir) -> Arc<dyn object_store::ObjectStore> {
+        crate::data_store::local(dir.path()).unwrap()
     }
 
     fn field(name: &str, data_type: DataType) -> FieldRef {
@@ -231,7 +237,7 @@ mod tests {
             field("later", DataType::Utf8),
         ];
         assert!(cached_columns(&file, &wanted, &cache).is_none());
-        decode_columns(&file, &wanted, &cache).unwrap();
+        decode_columns(&files(&dir), &file, &wanted, &cache).unwrap();
         let columns = cached_columns(&file, &wanted, &cache).unwrap();
         assert_eq!(columns[0].len(), 250, "every row group, concatenated");
         let b = columns[0].as_any().downcast_ref::<Float64Array>().unwrap();
@@ -247,11 +253,11 @@ mod tests {
         let file = file(dir.path(), 10);
         let cache = ChunkCache::new(1 << 20);
         let wanted = [field("a", DataType::Utf8)];
-        decode_columns(&file, &wanted, &cache).unwrap();
+        decode_columns(&files(&dir), &file, &wanted, &cache).unwrap();
         assert!(cached_columns(&file, &wanted, &cache).is_none());
         // only a column the file lacks: nulls, without reading any page
         let absent = [field("later", DataType::Int64)];
-        decode_columns(&file, &absent, &cache).unwrap();
+        decode_columns(&files(&dir), &file, &absent, &cache).unwrap();
         let columns = cached_columns(&file, &absent, &cache).unwrap();
         assert_eq!((columns[0].len(), columns[0].null_count()), (10, 10));
     }
@@ -266,14 +272,14 @@ mod tests {
         let claim = cache.claim_decoding("tables/other.parquet").unwrap();
         assert!(cache.claim_decoding(&file.entry.path).is_none());
         assert!(!cache.decoding_idle());
-        decode_columns(&file, &wanted, &cache).unwrap();
+        decode_columns(&files(&dir), &file, &wanted, &cache).unwrap();
         assert!(cached_columns(&file, &wanted, &cache).is_none());
         drop(claim);
         assert!(cache.decoding_idle());
-        decode_columns(&file, &wanted, &cache).unwrap();
+        decode_columns(&files(&dir), &file, &wanted, &cache).unwrap();
         assert!(cached_columns(&file, &wanted, &cache).is_some());
         let off = ChunkCache::new(0);
-        decode_columns(&file, &wanted, &off).unwrap();
+        decode_columns(&files(&dir), &file, &wanted, &off).unwrap();
         assert!(cached_columns(&file, &wanted, &off).is_none());
     }
 
@@ -301,7 +307,13 @@ mod tests {
         let file = written(dir.path(), &batch);
         let cache = ChunkCache::new(1 << 20);
         // only `v` is asked for: the tags are read for the starts, not kept
-        decode_columns(&file, &[field("v", DataType::Float64)], &cache).unwrap();
+        decode_columns(
+            &files(&dir),
+            &file,
+            &[field("v", DataType::Float64)],
+            &cache,
+        )
+        .unwrap();
         let starts = cache.series_starts(&file.entry.path).expect("kept");
         assert!(cache.column(&file.entry.path, "host").is_none());
         assert!(starts.contains(&0) && starts.contains(&130), "{starts:?}");
@@ -330,7 +342,7 @@ mod tests {
         let fields: Vec<FieldRef> = sorted.schema().fields().iter().cloned().collect();
         let (kept, decoded) = (ChunkCache::new(1 << 20), ChunkCache::new(1 << 20));
         keep_written_columns(&file, &sorted, &kept);
-        decode_columns(&file, &fields, &decoded).unwrap();
+        decode_columns(&files(&dir), &file, &fields, &decoded).unwrap();
         let path = &file.entry.path;
         let columns = |cache: &ChunkCache| {
             let columns = cached_columns(&file, &fields, cache).expect("every column kept");

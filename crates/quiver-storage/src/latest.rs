@@ -12,6 +12,8 @@
 //! newest point matters, and every source's version of that point is among its last rows. The
 //! answer is kept with the snapshot, for the next last-point query until the next write.
 
+use std::sync::Arc;
+
 use arrow::array::RecordBatchReader;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
@@ -29,6 +31,7 @@ use crate::table::{merge_chunks, time_column, ParquetFile, TableSnapshot};
 /// entirely older than `since_ns` are not read. Files' last rows come from `cache` when it has
 /// them; otherwise the file is read (blocking I/O) and its last rows kept there.
 pub fn latest_rows(
+    files: &Arc<dyn object_store::ObjectStore>,
     snapshot: &TableSnapshot,
     since_ns: i64,
     cache: &ChunkCache,
@@ -41,7 +44,7 @@ pub fn latest_rows(
     let mut candidates = Vec::new();
     for file in snapshot.files.iter() {
         if file.entry.max_time_ns >= since_ns {
-            candidates.push(file_last_rows(file, &snapshot.schema, cache)?);
+            candidates.push(file_last_rows(files, file, &snapshot.schema, cache)?);
         }
     }
     if snapshot
@@ -63,6 +66,7 @@ pub fn latest_rows(
 /// The last rows of each series in `file`, from the cache or read now (a file without rows
 /// has none, with the table's `schema`).
 fn file_last_rows(
+    files: &Arc<dyn object_store::ObjectStore>,
     file: &ParquetFile,
     schema: &SchemaRef,
     cache: &ChunkCache,
@@ -71,7 +75,7 @@ fn file_last_rows(
         return Ok(rows);
     }
     // batch by batch, keeping only each batch's last rows: never the whole file in memory
-    let reader = std::fs::File::open(&file.path).map_err(|e| StorageError::io(&file.path, e))?;
+    let reader = crate::data_store::StoreFile::new(files, &file.entry);
     let unreadable = |e| StorageError::parquet(&file.path, e);
     let reader = ParquetRecordBatchReaderBuilder::try_new(reader)
         .and_then(|builder| builder.with_batch_size(64 * 1024).build())

@@ -197,8 +197,8 @@ pub struct Store {
     persister: Option<Arc<Persister>>,
     /// Parsed metadata and column chunks of the Parquet files, for every reader.
     chunk_cache: Arc<ChunkCache>,
-    /// Where the Parquet files are read from; `None` for a memory-only store.
-    data_store: Option<Arc<dyn object_store::ObjectStore>>,
+    /// Where the Parquet files are read from (empty for a memory-only store).
+    data_store: Arc<dyn object_store::ObjectStore>,
     /// The retention period of databases that set none.
     default_retention: RetentionPeriod,
     /// Held by each change to the set of databases and tables or their settings (create,
@@ -231,7 +231,7 @@ impl Store {
             buffer: Arc::new(Buffer::new(usize::MAX, rollups.clone())),
             persister: None,
             chunk_cache: Arc::new(ChunkCache::new(0)),
-            data_store: None,
+            data_store: data_store::empty(),
             default_retention: RetentionPeriod::FOREVER,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
@@ -286,6 +286,7 @@ impl Store {
             lock,
             state,
             (buffer.clone(), databases.clone(), chunk_cache.clone()),
+            data_store.clone(),
         ));
         let store = Arc::new(Store {
             databases,
@@ -294,7 +295,7 @@ impl Store {
             buffer,
             persister: Some(persister.clone()),
             chunk_cache,
-            data_store: Some(data_store),
+            data_store,
             default_retention,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
@@ -337,11 +338,11 @@ impl Store {
         &self.chunk_cache
     }
 
-    /// The object store a durable store's Parquet files are read from, by their
-    /// catalog-relative paths ([`FileEntry::path`]); `None` for a memory-only store. Every
+    /// The object store the store's Parquet files are read from, by their catalog-relative
+    /// paths ([`FileEntry::path`]): the data directory (empty for a memory-only store). Every
     /// reader shares it (the query engine's scans register it).
-    pub fn data_store(&self) -> Option<&Arc<dyn object_store::ObjectStore>> {
-        self.data_store.as_ref()
+    pub fn data_store(&self) -> &Arc<dyn object_store::ObjectStore> {
+        &self.data_store
     }
 
     /// The absolute data directory of a durable store (catalog-relative file paths such as
@@ -906,15 +907,30 @@ mod tests {
         let cache = ChunkCache::new(1 << 20);
         let hosts = |rows: &arrow::array::RecordBatch| rows.num_rows();
         let snapshot = table.snapshot().unwrap();
-        assert_eq!(hosts(&latest_rows(&snapshot, i64::MIN, &cache).unwrap()), 2);
+        assert_eq!(
+            hosts(&latest_rows(store.data_store(), &snapshot, i64::MIN, &cache).unwrap()),
+            2
+        );
         // the same snapshot asked since another time: b's newest row (20) is older
-        assert_eq!(hosts(&latest_rows(&snapshot, 25, &cache).unwrap()), 1);
-        assert_eq!(hosts(&latest_rows(&snapshot, i64::MIN, &cache).unwrap()), 2);
+        assert_eq!(
+            hosts(&latest_rows(store.data_store(), &snapshot, 25, &cache).unwrap()),
+            1
+        );
+        assert_eq!(
+            hosts(&latest_rows(store.data_store(), &snapshot, i64::MIN, &cache).unwrap()),
+            2
+        );
         // a write makes another snapshot, which answers anew
         write(&store, "m", "cpu,host=c v=4 40");
         let snapshot = table.snapshot().unwrap();
-        assert_eq!(hosts(&latest_rows(&snapshot, i64::MIN, &cache).unwrap()), 3);
-        assert_eq!(hosts(&latest_rows(&snapshot, 25, &cache).unwrap()), 2);
+        assert_eq!(
+            hosts(&latest_rows(store.data_store(), &snapshot, i64::MIN, &cache).unwrap()),
+            3
+        );
+        assert_eq!(
+            hosts(&latest_rows(store.data_store(), &snapshot, 25, &cache).unwrap()),
+            2
+        );
     }
 
     #[test]

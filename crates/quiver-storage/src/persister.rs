@@ -103,6 +103,8 @@ pub(crate) struct Persister {
     compactor_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Where replaced files are dropped from once deleted.
     chunk_cache: Arc<ChunkCache>,
+    /// Where compaction reads the files it merges.
+    data_store: Arc<dyn object_store::ObjectStore>,
     buffer: Arc<Buffer>,
     databases: Arc<RwLock<DatabaseMap>>,
     /// Set once the WAL has been replayed (the replay writes through the store).
@@ -119,6 +121,7 @@ impl Persister {
         lock: DataDirLock,
         catalog: CatalogState,
         shared: (Arc<Buffer>, Arc<RwLock<DatabaseMap>>, Arc<ChunkCache>),
+        data_store: Arc<dyn object_store::ObjectStore>,
     ) -> Self {
         let (buffer, databases, chunk_cache) = shared;
         Persister {
@@ -133,6 +136,7 @@ impl Persister {
             merging: Mutex::new(()),
             compactor_thread: Mutex::new(None),
             chunk_cache,
+            data_store,
             buffer,
             databases,
             wal: OnceLock::new(),
@@ -306,7 +310,7 @@ impl Persister {
     /// dropped meanwhile. Unless the files were swapped in, nothing it wrote stays.
     fn try_merge(&self, merge: &Merge) -> Result<Option<CompactionSummary>, Box<MergeFailure>> {
         let options = &self.compactor.options;
-        let sorted = compaction::read_merged(&self.data_dir, merge)?;
+        let sorted = compaction::read_merged(&self.data_store, merge)?;
         let cuts = compaction::time_cuts(&sorted, compaction::target_rows(merge, options))?;
         let first_id = self.reserve_file_ids(cuts.len().max(1) as u64)?;
         let table_dir = format!("{}/{}", merge.database, merge.table_id);
