@@ -126,9 +126,10 @@ def choose_database(driver: WebDriver, db: str) -> None:
     wait_for(driver, lambda d: db in [o.get_attribute("value") for o in
                                       d.find_elements(By.CSS_SELECTOR, "#db option")],
              f"database {db} in the picker")
+    # (the page may have chosen it already; choosing it again would reload the table list)
     driver.execute_script(
-        "const s = document.getElementById('db'); s.value = arguments[0];"
-        "s.dispatchEvent(new Event('change'));", db)
+        "const s = document.getElementById('db'); if (s.value !== arguments[0]) {"
+        "s.value = arguments[0]; s.dispatchEvent(new Event('change')); }", db)
 
 
 def run_in_editor(driver: WebDriver, sql: str) -> None:
@@ -172,10 +173,13 @@ def test_console_runs_a_query_shows_rows_and_charts_them(spawn_quiver: Spawn, tm
     open_console(browser, "http://127.0.0.1:8086")
     choose_database(browser, DB)
     # the table browser lists the table and, opened, its columns and their kinds
-    table_button = wait_for(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, "#schema-tree li[data-table='cpu'] > button"), "the table cpu")
-    table_button.click()
-    columns = browser.find_element(By.CSS_SELECTOR, "#schema-tree li[data-table='cpu'] ul").text
+    # (opened in one step, and again should the list be redrawn meanwhile)
+    columns = wait_for(browser, lambda d: d.execute_script("""
+        const item = document.querySelector("#schema-tree li[data-table='cpu']");
+        if (!item) return false;
+        const list = item.querySelector('ul');
+        if (list.hidden) item.querySelector('button').click();
+        return !list.hidden && list.innerText;"""), "the columns of table cpu")
     for column, kind in (("host", "tag"), ("time", "time"), ("usage", "float64"),
                          ("count", "int64")):
         assert column in columns and kind in columns, columns
