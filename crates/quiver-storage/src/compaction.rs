@@ -640,7 +640,7 @@ fn read_file(
     entry: &FileEntry,
     batches: &mut Vec<RecordBatch>,
 ) -> Result<(), StorageError> {
-    let file = crate::data_store::StoreFile::new(files, entry);
+    let file = crate::data_store::read_whole(files, entry)?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
         .with_batch_size(64 * 1024)
         .build()?;

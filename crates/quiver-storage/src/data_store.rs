@@ -6,14 +6,11 @@
 //! directory's place.
 //!
 //! Storage reads files from synchronous code (persister threads, the query runtime's blocking
-//! pool): [`StoreFile`] is the `parquet` crate's synchronous reader over the object store. Its
-//! requests run on a small runtime of storage's own ([`wait`]), so the caller's thread may be
-//! any (none of tokio's, or a blocking-pool one) and a store that needs a reactor (a network
-//! one) has one.
+//! pool): [`read_whole`] fetches a file in one request, which runs on a small runtime of
+//! storage's own ([`wait`]), so the caller's thread may be any (none of tokio's, or a
+//! blocking-pool one) and a store that needs a reactor (a network one) has one.
 
 use std::future::Future;
-use std::io::Read;
-use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -22,15 +19,9 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::errors::ParquetError;
-use parquet::file::reader::{ChunkReader, Length};
 
 use crate::catalog::FileEntry;
 use crate::StorageError;
-
-/// Bytes fetched at a time by a sequential read ([`ChunkReader::get_read`], which the
-/// `parquet` crate uses for page headers and the pages after them).
-const READ_BLOCK_BYTES: u64 = 256 * 1024;
 
 /// The object store over `data_dir`, an existing absolute directory.
 pub(crate) fn local(data_dir: &Path) -> Result<Arc<dyn ObjectStore>, StorageError> {
@@ -75,93 +66,33 @@ fn wait<T: Send + 'static>(
     })
 }
 
-/// A Parquet file of a data store, read synchronously by ranges: the footer and column chunks
-/// as one request each, sequential reads in blocks of [`READ_BLOCK_BYTES`].
-#[derive(Clone)]
-pub(crate) struct StoreFile {
-    store: Arc<dyn ObjectStore>,
-    path: ObjectPath,
-    /// The file's size as the catalog recorded it.
-    size: u64,
-}
-
-impl StoreFile {
-    /// The file `entry` names in `store`.
-    pub(crate) fn new(store: &Arc<dyn ObjectStore>, entry: &FileEntry) -> Self {
-        StoreFile {
-            store: store.clone(),
-            path: ObjectPath::from(entry.path.as_str()),
-            size: entry.bytes,
-        }
+/// The whole of the file `entry` names in `store`, read in one request (storage reads files
+/// whole or nearly: a merge, every file's last rows, a file's columns), checked against the
+/// size the catalog recorded. The `parquet` crate reads it from memory.
+pub(crate) fn read_whole(
+    store: &Arc<dyn ObjectStore>,
+    entry: &FileEntry,
+) -> Result<Bytes, StorageError> {
+    let (store, path) = (store.clone(), ObjectPath::from(entry.path.as_str()));
+    let unreadable =
+        |e: object_store::Error| StorageError::io(Path::new(&entry.path), std::io::Error::other(e));
+    let bytes = wait(async move { store.get(&path).await?.bytes().await }).map_err(unreadable)?;
+    if bytes.len() as u64 != entry.bytes {
+        return Err(StorageError::io(
+            Path::new(&entry.path),
+            std::io::Error::other(format!(
+                "the file has {} bytes where the catalog recorded {}",
+                bytes.len(),
+                entry.bytes
+            )),
+        ));
     }
-
-    fn range(&self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
-        let (store, path) = (self.store.clone(), self.path.clone());
-        wait(async move { store.get_range(&path, range).await })
-            .map_err(|e| ParquetError::External(Box::new(e)))
-    }
-}
-
-impl Length for StoreFile {
-    fn len(&self) -> u64 {
-        self.size
-    }
-}
-
-impl ChunkReader for StoreFile {
-    type T = BlockReader;
-
-    fn get_read(&self, start: u64) -> parquet::errors::Result<BlockReader> {
-        Ok(BlockReader {
-            file: self.clone(),
-            position: start,
-            block: Bytes::new(),
-        })
-    }
-
-    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        let end = start.saturating_add(length as u64);
-        if end > self.size {
-            return Err(ParquetError::EOF(format!(
-                "{} bytes at {start} are past the end of {} ({} bytes)",
-                length, self.path, self.size
-            )));
-        }
-        self.range(start..end)
-    }
-}
-
-/// A sequential read of a [`StoreFile`] from a position, fetched block by block.
-pub(crate) struct BlockReader {
-    file: StoreFile,
-    position: u64,
-    /// Fetched bytes not yet read.
-    block: Bytes,
-}
-
-impl Read for BlockReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.block.is_empty() {
-            let end = self.file.size.min(self.position + READ_BLOCK_BYTES);
-            if self.position >= end {
-                return Ok(0);
-            }
-            self.block = self
-                .file
-                .range(self.position..end)
-                .map_err(std::io::Error::other)?;
-            self.position = end;
-        }
-        let taken = buf.len().min(self.block.len());
-        buf[..taken].copy_from_slice(&self.block.split_to(taken));
-        Ok(taken)
-    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
     fn entry(path: &str, bytes: u64) -> FileEntry {
         FileEntry {
@@ -185,33 +116,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data_dir = dir.path().join("data dir %é");
         let relative = "tables/metrics-1/7/2024-01-01/0000000000000001.parquet";
-        let content: Vec<u8> = (0..READ_BLOCK_BYTES * 2 + 17).map(|i| i as u8).collect();
+        let content: Vec<u8> = (0..300_017u32).map(|i| i as u8).collect();
         std::fs::create_dir_all(data_dir.join(relative).parent().unwrap()).unwrap();
         std::fs::write(data_dir.join(relative), &content).unwrap();
-        let file = StoreFile::new(
-            &local(&data_dir).unwrap(),
-            &entry(relative, content.len() as u64),
-        );
-        assert_eq!(&file.get_bytes(5, 10).unwrap()[..], &content[5..15]);
-        // a sequential read crosses blocks and ends at the end of the file
-        let mut read = Vec::new();
-        file.get_read(3).unwrap().read_to_end(&mut read).unwrap();
-        assert_eq!(read, content[3..]);
-        assert!(file.get_bytes(content.len() as u64 - 2, 5).is_err());
+        let store = local(&data_dir).unwrap();
+        let read = read_whole(&store, &entry(relative, content.len() as u64)).unwrap();
+        assert_eq!(&read[..], &content[..]);
+        // a file whose size is not the catalog's is refused, not half read
+        let err = read_whole(&store, &entry(relative, 5)).unwrap_err();
+        assert!(err.to_string().contains("the catalog recorded 5"), "{err}");
     }
 
     #[test]
     fn a_missing_file_is_an_error_not_a_hang_from_any_thread() {
         let dir = tempfile::tempdir().unwrap();
-        let file = StoreFile::new(
-            &local(dir.path()).unwrap(),
-            &entry("tables/gone.parquet", 10),
-        );
-        assert!(file.get_bytes(0, 4).is_err());
+        let store = local(dir.path()).unwrap();
+        let gone = entry("tables/gone.parquet", 10);
+        assert!(read_whole(&store, &gone).is_err());
         // from a tokio blocking-pool thread too (how the query engine reads)
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let reading = runtime.spawn_blocking(move || file.get_bytes(0, 4).is_err());
-        let outcome = runtime.block_on(reading).unwrap();
-        assert!(outcome);
+        let reading = runtime.spawn_blocking(move || read_whole(&store, &gone).is_err());
+        assert!(runtime.block_on(reading).unwrap());
+        assert!(read_whole(&empty(), &entry("tables/x.parquet", 0)).is_err());
     }
 }

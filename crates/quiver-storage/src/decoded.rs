@@ -66,7 +66,7 @@ pub fn decode_columns(
     if missing.is_empty() && !needs_starts {
         return Ok(());
     }
-    let reader = crate::data_store::StoreFile::new(files, &file.entry);
+    let reader = crate::data_store::read_whole(files, &file.entry)?;
     let unreadable = |e| StorageError::parquet(&file.path, e);
     let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(unreadable)?;
     let stored = builder.schema().clone();
