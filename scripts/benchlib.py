@@ -64,9 +64,9 @@ def timed(db: str, sql: str, runs: int) -> float:
     return statistics.median(samples) * 1e3
 
 
-def start(data_dir: str, **settings: str) -> subprocess.Popen:
-    """A release server on `data_dir` (result cache off, persisting only when asked), with
-    `settings` as QUIVER_* variables."""
+def start(data_dir: str, binary: str | Path | None = None, **settings: str) -> subprocess.Popen:
+    """A release server (or `binary`) on `data_dir` (result cache off, persisting only when
+    asked), with `settings` as QUIVER_* variables."""
     env = dict(os.environ,
                QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
                QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
@@ -75,7 +75,8 @@ def start(data_dir: str, **settings: str) -> subprocess.Popen:
                QUIVER_LOG_FILTER="warn",
                **{f"QUIVER_{k.upper()}": v for k, v in settings.items()})
     server = subprocess.Popen(
-        [RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR], env=env)
+        [binary or RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR],
+        env=env)
     for _ in range(100):
         try:
             if requests.get(f"{URL}/health", timeout=1).ok:

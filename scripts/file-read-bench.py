@@ -18,9 +18,7 @@ after a warm-up, one point written before each so that no kept answer serves it)
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import tempfile
 import time
 
@@ -31,26 +29,10 @@ import benchlib
 QUERY = "SELECT host, max(time) AS newest FROM cpu GROUP BY host"
 
 
-def start(binary: str, data_dir: str) -> subprocess.Popen:
-    env = dict(os.environ, QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
-               QUIVER_MAX_BUFFER_BYTES=str(16 << 30), QUIVER_PERSIST_MAX_AGE_SECS="86400",
-               QUIVER_CACHE_ENABLED="false", QUIVER_CHUNK_CACHE_BYTES="0",
-               QUIVER_COMPACTION_ENABLED="false", QUIVER_LOG_FILTER="warn")
-    server = subprocess.Popen([binary, "serve", "--data-dir", data_dir,
-                               "--http-addr", benchlib.ADDR], env=env)
-    for _ in range(200):
-        try:
-            if requests.get(f"{benchlib.URL}/health", timeout=1).ok:
-                return server
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    server.kill()
-    raise SystemExit(f"{binary} did not start")
-
-
 def measure(binary: str, args: argparse.Namespace) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as data_dir:
-        server = start(binary, data_dir)
+        server = benchlib.start(data_dir, binary, chunk_cache_bytes="0",
+                                compaction_enabled="false")
         try:
             start_ns = 1_700_000_000 * 10**9
             for db in range(args.merges):
