@@ -404,7 +404,15 @@ impl QueryEngine {
             }
             Ok::<_, DataFusionError>((schema, physical))
         });
-        Ok(planned.await?)
+        planned.await.map_err(|error| {
+            // a table dropped since the statement was checked fails the planning ("table not
+            // found"): that is the same 404 as a table gone before it
+            analysis
+                .tables
+                .iter()
+                .find_map(|table| self.check_table_exists(table).err())
+                .unwrap_or_else(|| QueryError::from(error))
+        })
     }
 
     /// The rollups: created, listed and dropped through here.
