@@ -14,31 +14,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-1000000}
 INGEST_ROWS=${2:-500000}
-BIN=${CARGO_TARGET_DIR:-./target}/release
-QUIVER=127.0.0.1:18286
-work=$(mktemp -d)
-quiver_pid=
-cleanup() {
-    [[ -n "$quiver_pid" ]] && kill "$quiver_pid" 2>/dev/null
-    wait 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/quiver-server.sh
 start() {
-    env "$@" QUIVER_CACHE_ENABLED=false QUIVER_PERSIST_BUFFER_BYTES=$((8 << 30)) \
-        QUIVER_MAX_BUFFER_BYTES=$((16 << 30)) QUIVER_PERSIST_MAX_AGE_SECS=86400 \
-        QUIVER_LOG_FILTER=warn \
-        $BIN/quiver serve --data-dir "$work/quiver" --http-addr $QUIVER \
-        --flight-addr 127.0.0.1:18285 --pg-addr 127.0.0.1:18284 2>>"$work/quiver.log" &
-    quiver_pid=$!
-    for _ in $(seq 300); do curl -sf "http://$QUIVER/health" >/dev/null && return 0; sleep 0.1; done
-    echo "no answer from Quiver" >&2; tail -50 "$work/quiver.log" >&2; exit 1
+    quiver_start 18286 "$@" QUIVER_CACHE_ENABLED=false QUIVER_PERSIST_BUFFER_BYTES=$((8 << 30)) \
+        QUIVER_MAX_BUFFER_BYTES=$((16 << 30)) QUIVER_PERSIST_MAX_AGE_SECS=86400
 }
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $(nproc) cores"
 start
 $BIN/quiver-rollupbench --quiver-url "http://$QUIVER" --rows "$ROWS" \
     --ingest-rows "$INGEST_ROWS"
-kill "$quiver_pid"; wait "$quiver_pid" 2>/dev/null || true
+quiver_stop
 echo
 echo "## restarted with chunk_cache_bytes = 0: every query reads Parquet"
 start QUIVER_CHUNK_CACHE_BYTES=0

@@ -13,20 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REFRESHES=${1:-60}
-BIN=${CARGO_TARGET_DIR:-./target}/release
-QUIVER=127.0.0.1:18386
-work=$(mktemp -d)
-quiver_pid=
-cleanup() {
-    [[ -n "$quiver_pid" ]] && kill "$quiver_pid" 2>/dev/null
-    wait 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-QUIVER_LOG_FILTER=warn $BIN/quiver serve --data-dir "$work/quiver" --http-addr $QUIVER \
-    --flight-addr 127.0.0.1:18385 --pg-addr 127.0.0.1:18384 2>>"$work/quiver.log" &
-quiver_pid=$!
-for _ in $(seq 300); do curl -sf "http://$QUIVER/health" >/dev/null && break; sleep 0.1; done
+source scripts/quiver-server.sh
+quiver_start 18386
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $(nproc) cores"
 echo "| dashboard | computed whole p50 / p90 (ms) | reused parts p50 / p90 (ms) | speed-up p50 / p90 | rows from cached parts | answers |"
 echo "|---|---|---|---|---|---|"
