@@ -63,15 +63,10 @@ impl AnalyzerRule for PartsReuseRule {
 }
 
 fn reuse_parts(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
-    let LogicalPlan::Aggregate(aggregate) = &node else {
+    let Some(query) = QueryShape::of(&node) else {
         return Ok(Transformed::no(node));
     };
-    if aggregate.aggr_expr.is_empty() {
-        return Ok(Transformed::no(node));
-    }
-    let Some(query) = QueryShape::read(aggregate) else {
-        return Ok(Transformed::no(node));
-    };
+    let aggregate = query.aggregate;
     let Some(shape) = shape_of(&query) else {
         return Ok(Transformed::no(node));
     };

@@ -96,15 +96,7 @@ pub(crate) struct QueryFilters {
 
 impl RollupRouteRule {
     fn route(&self, node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
-        let LogicalPlan::Aggregate(aggregate) = &node else {
-            return Ok(Transformed::no(node));
-        };
-        // grouping alone (`GROUP BY host`) is answered from each series' newest row
-        // ([`crate::latest`]): fewer rows than any rollup holds
-        if aggregate.aggr_expr.is_empty() {
-            return Ok(Transformed::no(node));
-        }
-        let Some(query) = QueryShape::read(aggregate) else {
+        let Some(query) = QueryShape::of(&node) else {
             return Ok(Transformed::no(node));
         };
         let table = query.table.table();
@@ -136,8 +128,20 @@ impl RollupRouteRule {
 }
 
 impl<'a> QueryShape<'a> {
+    /// `node`, if it is an aggregate with aggregates (grouping alone, `GROUP BY host`, is
+    /// answered from each series' newest row, [`crate::latest`]: fewer rows than any rollup
+    /// or part holds) that reads one Quiver table.
+    pub(crate) fn of(node: &'a LogicalPlan) -> Option<Self> {
+        match node {
+            LogicalPlan::Aggregate(aggregate) if !aggregate.aggr_expr.is_empty() => {
+                Self::read(aggregate)
+            }
+            _ => None,
+        }
+    }
+
     /// The aggregate, if it reads one Quiver table (through a filter, or not).
-    pub(crate) fn read(aggregate: &'a Aggregate) -> Option<Self> {
+    fn read(aggregate: &'a Aggregate) -> Option<Self> {
         let (predicate, scan) = match aggregate.input.as_ref() {
             LogicalPlan::Filter(filter) => (Some(&filter.predicate), filter.input.as_ref()),
             other => (None, other),
