@@ -38,6 +38,7 @@ use quiver_model::RequestLimits;
 use quiver_storage::Store;
 
 pub use error::{status_of, ApiError};
+pub use query::CACHE_HEADER;
 pub use write::{LINES_REJECTED_HEADER, LINES_WRITTEN_HEADER};
 
 /// What every handler shares.

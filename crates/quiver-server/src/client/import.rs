@@ -14,11 +14,12 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, TimestampNanosecondArray};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::ipc::writer::StreamWriter;
 use clap::Args;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use quiver_model::schema::{tag_data_type, time_data_type, TIME_COLUMN};
 
 use super::progress::Progress;
 use super::{describe_error, exchange, ServerAddress};
@@ -237,7 +238,7 @@ fn shape(args: &ImportArgs, format: FileFormat, schema: &Schema) -> Result<Shape
             columns.join(", ")
         )
     })?;
-    if args.time_column != "time" && columns.contains(&"time") {
+    if args.time_column != TIME_COLUMN && columns.contains(&TIME_COLUMN) {
         return Err(format!(
             "the file has a column \"time\" besides the time column {:?}: every table's time \
              column is named time",
@@ -326,13 +327,12 @@ fn shaped(batch: &RecordBatch, shape: &Shape, first_row: u64) -> Result<RecordBa
         }
         if index == shape.time_index {
             let time = time_column(column, shape.epoch_factor, field.name(), first_row)?;
-            fields.push(Field::new("time", time.data_type().clone(), false));
+            fields.push(Field::new(TIME_COLUMN, time.data_type().clone(), false));
             columns.push(time);
         } else if shape.tags.contains(field.name()) {
             // through plain text, so that the dictionary holds only this batch's values (a
             // Parquet dictionary may hold the whole file's, sent again with every request)
-            let tag_type =
-                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+            let tag_type = tag_data_type();
             let tag = arrow::compute::cast(column, &DataType::Utf8)
                 .and_then(|text| arrow::compute::cast(&text, &tag_type))
                 .map_err(|e| format!("the tag column {:?}: {e}", field.name()))?;
@@ -355,7 +355,7 @@ fn time_column(
     name: &str,
     first_row: u64,
 ) -> Result<ArrayRef, String> {
-    let nanos_utc = DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into()));
+    let nanos_utc = time_data_type();
     let row = |i: usize| first_row + i as u64 + 1;
     if let Some(missing) = (0..column.len()).find(|&i| column.is_null(i)) {
         return Err(format!(
@@ -490,10 +490,7 @@ mod tests {
         .unwrap();
         let shaped = shaped(&batch, &shape_of(vec!["host"]), 0).unwrap();
         let time = shaped.column_by_name("time").unwrap();
-        assert_eq!(
-            time.data_type(),
-            &DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into()))
-        );
+        assert_eq!(time.data_type(), &time_data_type());
         assert_eq!(
             time.as_primitive::<arrow::datatypes::TimestampNanosecondType>()
                 .values(),

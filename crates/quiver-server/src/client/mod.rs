@@ -48,7 +48,7 @@ impl ServerAddress {
     ) -> Result<reqwest::RequestBuilder, String> {
         if self.host.to_ascii_lowercase().starts_with("https://") {
             return Err(format!(
-                "quiver query and quiver write speak plain HTTP only; for a server with TLS use an HTTPS client, e.g. curl --cacert CA.pem {}/api/v3/query_sql",
+                "quiver query, quiver write and quiver import speak plain HTTP only; for a server with TLS use an HTTPS client, e.g. curl --cacert CA.pem {}/api/v3/query_sql",
                 self.host.trim_end_matches('/')
             ));
         }
@@ -112,7 +112,7 @@ pub fn query(args: QueryArgs) -> Result<(), String> {
 fn describe_timing(reply: &Reply, started: Instant) -> String {
     let verdict = reply
         .headers
-        .get("x-quiver-cache")
+        .get(quiver_http::CACHE_HEADER.as_str())
         .and_then(|v| v.to_str().ok())
         .unwrap_or("none (not answered)");
     format!(

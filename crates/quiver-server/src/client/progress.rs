@@ -2,14 +2,13 @@
 //! bytes read of the input (with a bar and an ETA when its size is known), rows written and
 //! rows per second. Drawn only on a terminal; the summary line is printed either way.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Progress through one input of `total` bytes (`None`: standard input, size unknown).
 pub struct Progress {
     bar: ProgressBar,
-    started: Instant,
     rows: u64,
 }
 
@@ -34,17 +33,13 @@ impl Progress {
         };
         bar.set_message("0 rows");
         bar.enable_steady_tick(Duration::from_millis(250));
-        Self {
-            bar,
-            started: Instant::now(),
-            rows: 0,
-        }
+        Self { bar, rows: 0 }
     }
 
     /// Counts `bytes` more of the input read and `rows` more written.
     pub fn advance(&mut self, bytes: u64, rows: u64) {
         self.rows += rows;
-        let seconds = self.started.elapsed().as_secs_f64().max(1e-3);
+        let seconds = self.bar.elapsed().as_secs_f64().max(1e-3);
         self.bar.set_message(format!(
             "{} rows · {:.0} rows/s",
             self.rows,
