@@ -641,11 +641,12 @@ fn read_file(
     batches: &mut Vec<RecordBatch>,
 ) -> Result<(), StorageError> {
     let file = crate::data_store::read_whole(files, entry)?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
-        .with_batch_size(64 * 1024)
-        .build()?;
+    let unreadable = |e| StorageError::parquet(std::path::Path::new(&entry.path), e);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|builder| builder.with_batch_size(64 * 1024).build())
+        .map_err(unreadable)?;
     for batch in reader {
-        batches.push(batch?);
+        batches.push(batch.map_err(|e| unreadable(e.into()))?);
     }
     Ok(())
 }
