@@ -20,6 +20,8 @@
   const RATE_SAMPLES = 150;
   /** Characters of line protocol per upload request (cut between entries). */
   const LP_CHUNK_CHARS = 4 << 20;
+  /** Rejected lines an upload lists (all are counted). */
+  const MAX_LISTED_REJECTS = 200;
   /** Rows of a CSV file per upload request. */
   const CSV_CHUNK_ROWS = 50000;
   const PALETTE = ['#2f6fdd', '#e8590c', '#2b8a3e', '#c2255c', '#7048e8', '#0c8599', '#e67700',
@@ -1034,7 +1036,7 @@
     let written = 0;
     let rejectedCount = 0;
     const rejected = [];
-    const listed = () => (rejectedCount ? `\n${rejectedCount} line${rejectedCount === 1 ? '' : 's'} rejected:\n${rejected.slice(0, 200).join('\n')}` : '');
+    const listed = () => (rejectedCount ? `\n${rejectedCount} line${rejectedCount === 1 ? '' : 's'} rejected:\n${rejected.join('\n')}` : '');
     while (offset < text.length) {
       const end = entryBoundary(text, offset, offset + LP_CHUNK_CHARS);
       const chunk = text.slice(offset, end);
@@ -1052,7 +1054,8 @@
         }
         // some lines rejected, the rest of this request written
         rejectedCount += Number(response.headers.get('x-quiver-lines-rejected')) || parsed.data.length;
-        for (const line of parsed.data) {
+        // listed up to MAX_LISTED_REJECTS (a file of bad lines is counted, not kept)
+        for (const line of parsed.data.slice(0, MAX_LISTED_REJECTS - rejected.length)) {
           rejected.push(`line ${line.line_number + firstLine - 1}: ${line.error_message} (${line.original_line})`);
         }
       }
@@ -1064,7 +1067,7 @@
     }
     if (rejectedCount) {
       $('upload-errors').textContent = listed().trimStart() +
-        (rejected.length < rejectedCount ? '\n(the server lists at most max_reported_line_errors per request)' : '');
+        (rejected.length < rejectedCount ? `\n(the first ${rejected.length} listed)` : '');
       $('upload-errors').hidden = false;
     }
     return `Wrote ${written.toLocaleString('en')} lines of ${file.name} to ${db}` +
