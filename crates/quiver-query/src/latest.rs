@@ -43,7 +43,7 @@ use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::provider::{external, note_read, project_by_name, query_now_ns, QuiverTable};
-use crate::time_filter::{is_time_column, time_bounds};
+use crate::time_filter::{is_time_column, stands_alone, time_bounds};
 
 /// The analyzer rule that routes last-point plans to [`LatestRowsTable`] (module docs).
 #[derive(Debug, Default)]
@@ -261,21 +261,9 @@ fn quiver_table(scan: &TableScan) -> Option<QuiverTable> {
     provider.downcast_ref::<QuiverTable>().cloned()
 }
 
-/// Deterministic, and without subqueries or references to an outer query.
+/// Deterministic, and without subqueries, placeholders or references to an outer query.
 fn is_self_contained(expr: &Expr) -> bool {
-    !expr.is_volatile()
-        && !expr
-            .exists(|e| {
-                Ok(matches!(
-                    e,
-                    Expr::ScalarSubquery(_)
-                        | Expr::Exists(_)
-                        | Expr::InSubquery(_)
-                        | Expr::OuterReferenceColumn(..)
-                        | Expr::Placeholder(_)
-                ))
-            })
-            .unwrap_or(true)
+    !expr.is_volatile() && stands_alone(expr)
 }
 
 /// `time > c`, `time >= c`, `c < time` or `c <= time` for a constant `c`.

@@ -2,6 +2,7 @@
 //! conjuncts comparing the `time` column with timestamp literals. Scans prune files and
 //! buffered rows with it; the rollup router splits a query's range with it.
 
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 use quiver_model::schema::TIME_COLUMN;
@@ -104,6 +105,23 @@ fn time_between(between: &Between) -> Option<(i64, i64)> {
         return None;
     }
     Some((timestamp_ns(&between.low)?, timestamp_ns(&between.high)?))
+}
+
+/// True if `expr` can be evaluated on its own: no subquery, no reference to an outer query and
+/// no placeholder anywhere in it (functions of the clock are allowed: see the callers).
+pub(crate) fn stands_alone(expr: &Expr) -> bool {
+    !expr
+        .exists(|e| {
+            Ok(matches!(
+                e,
+                Expr::ScalarSubquery(_)
+                    | Expr::Exists(_)
+                    | Expr::InSubquery(_)
+                    | Expr::OuterReferenceColumn(..)
+                    | Expr::Placeholder(_)
+            ))
+        })
+        .unwrap_or(true)
 }
 
 /// The table's `time` column, as is.

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::TableReference;
 use datafusion::datasource::provider_as_source;
 use datafusion::error::Result;
@@ -34,6 +34,7 @@ use super::scan::{nests_in_parts, PartValues, PartsShape, ReusedParts};
 use crate::rollup::definition::{strip_alias, Derivable, TimeBucket};
 use crate::rollup::route::{is_time_predicate, renamed_like, QueryShape};
 use crate::rollup::RoutingSettings;
+use crate::time_filter::stands_alone;
 
 /// The name of the `n`th grouping column of the parts.
 fn group_column(n: usize) -> String {
@@ -186,26 +187,18 @@ fn all_deterministic(aggregates: &[Expr]) -> bool {
 /// True if `expr` is deterministic and reads only the row: every function immutable (no
 /// clock, no randomness), no subquery, no placeholder, no grouping set.
 fn row_local(expr: &Expr) -> bool {
-    let mut local = true;
-    let _ = expr.apply(|e| {
-        let clocked = matches!(e, Expr::ScalarFunction(f)
-            if f.func.signature().volatility != Volatility::Immutable);
-        local &= !clocked;
-        local &= !matches!(
-            e,
-            Expr::ScalarSubquery(_)
-                | Expr::InSubquery(_)
-                | Expr::Exists(_)
-                | Expr::OuterReferenceColumn(..)
-                | Expr::Placeholder(_)
-                | Expr::GroupingSet(_)
-                | Expr::AggregateFunction(_)
-                | Expr::WindowFunction(_)
-        );
-        Ok(match local {
-            true => TreeNodeRecursion::Continue,
-            false => TreeNodeRecursion::Stop,
-        })
-    });
-    local
+    stands_alone(expr)
+        && !expr
+            .exists(|e| {
+                Ok(match e {
+                    Expr::ScalarFunction(f) => {
+                        f.func.signature().volatility != Volatility::Immutable
+                    }
+                    Expr::GroupingSet(_) | Expr::AggregateFunction(_) | Expr::WindowFunction(_) => {
+                        true
+                    }
+                    _ => false,
+                })
+            })
+            .unwrap_or(true)
 }

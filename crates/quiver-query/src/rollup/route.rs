@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::TableReference;
 use datafusion::common::{DFSchemaRef, ExprSchema};
 use datafusion::datasource::{provider_as_source, source_as_provider};
@@ -39,7 +39,7 @@ use super::definition::{strip_alias, Derivable, RollupSpec, TimeBucket};
 use super::parts::RollupParts;
 use super::{Rollups, RoutingNotes, RoutingSettings};
 use crate::provider::QuiverTable;
-use crate::time_filter::is_time_column;
+use crate::time_filter::{is_time_column, stands_alone};
 
 /// Routes aggregates to rollups (module docs).
 #[derive(Debug)]
@@ -265,24 +265,7 @@ impl<'a> QueryShape<'a> {
 /// `time <op> <expression of no column>` or `time BETWEEN a AND b` with constant ends (no
 /// column, outer reference, placeholder or subquery anywhere in them).
 pub(crate) fn is_time_predicate(expr: &Expr) -> bool {
-    let constant = |e: &Expr| {
-        let mut constant = e.column_refs().is_empty();
-        let _ = e.apply(|inner| {
-            constant &= !matches!(
-                inner,
-                Expr::ScalarSubquery(_)
-                    | Expr::InSubquery(_)
-                    | Expr::Exists(_)
-                    | Expr::OuterReferenceColumn(..)
-                    | Expr::Placeholder(_)
-            );
-            Ok(match constant {
-                true => TreeNodeRecursion::Continue,
-                false => TreeNodeRecursion::Stop,
-            })
-        });
-        constant
-    };
+    let constant = |e: &Expr| e.column_refs().is_empty() && stands_alone(e);
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             matches!(
