@@ -1136,7 +1136,7 @@
       else if ((kind === 'int' && here === 'float') || (kind === 'float' && here === 'int')) kind = 'float';
       else return 'text';
     }
-    return kind || 'text';
+    return kind || 'empty';
   }
 
   /** A CSV time value in nanoseconds: an integer in the chosen epoch unit, or an RFC 3339 date. */
@@ -1248,6 +1248,7 @@
       const chunk = rows.slice(start, start + CSV_CHUNK_ROWS);
       const columns = {};
       header.forEach((name, c) => {
+        if (kinds[c] === 'empty') return; // no value in the whole file: not written (as quiver import)
         const values = chunk.map((row) => (row[c] === '' ? null : row[c]));
         if (c === timeIndex) {
           const data = times.slice(start, start + chunk.length);
@@ -1271,7 +1272,9 @@
       $('upload-progress').value = sent / rows.length;
       $('upload-status').textContent = `${Math.round((100 * sent) / rows.length)} % · ${sent.toLocaleString('en')} rows written`;
     }
-    return `Wrote ${sent.toLocaleString('en')} rows of ${file.name} to ${db}.${table} (tags: ${[...tags].join(', ') || 'none'}).`;
+    const empty = header.filter((_, c) => kinds[c] === 'empty' && c !== timeIndex);
+    return `Wrote ${sent.toLocaleString('en')} rows of ${file.name} to ${db}.${table} (tags: ${[...tags].join(', ') || 'none'})` +
+      (empty.length ? `; no value in the whole file, not written: ${empty.join(', ')}.` : '.');
   }
 
   // ---------------------------------------------------------------- pages
