@@ -317,8 +317,12 @@ impl QueryService {
         how: Run<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
         // before the cache is consulted: a cached answer never reaches a caller who may not
-        // read every table it came from
+        // read every table it came from, nor one a query node cannot know to be current
         how.control.check_analysis(&analysis).map_err(Arc::new)?;
+        self.engine
+            .store()
+            .check_current()
+            .map_err(|e| Arc::new(QueryError::Storage(e)))?;
         let answer = self.answer(analysis, params, how).await;
         if let Ok(answer) = &answer {
             self.log(answer.verdict);
@@ -332,6 +336,7 @@ impl QueryService {
     pub fn peek(&self, request: &QueryRequest) -> Option<CachedAnswer> {
         let analysis = self.analysis(&request.database, &request.sql).ok()?;
         request.control.check_analysis(&analysis).ok()?;
+        self.engine.store().check_current().ok()?;
         let how = Run {
             scope: &request.scope,
             no_cache: request.no_cache,

@@ -128,8 +128,46 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn health() -> impl IntoResponse {
-    Json(serde_json::json!({ "status": "pass", "version": env!("CARGO_PKG_VERSION") }))
+/// Liveness and what needs an operator: `pass`; `warn` (200) while persisting fails on the
+/// writer (writes are still acknowledged from the WAL, up to `max_buffer_bytes`); `fail`
+/// (503) while a query node cannot know its answers are current. Names the role and where
+/// the data is.
+async fn health(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+) -> impl IntoResponse {
+    let store = &state.store;
+    let role = match store.role() {
+        quiver_storage::Role::All => "all",
+        quiver_storage::Role::Query => "query",
+    };
+    let mut body = serde_json::json!({
+        "status": "pass",
+        "version": env!("CARGO_PKG_VERSION"),
+        "role": role,
+        "data": store.data_location(),
+    });
+    let mut status = StatusCode::OK;
+    if let Some(persist) = store.persist_stats() {
+        body["catalog_version"] = persist.catalog_version.into();
+        if let Some(error) = persist.last_error {
+            body["status"] = "warn".into();
+            body["persistence_error"] = error.into();
+        }
+    }
+    if let Some(follow) = store.follow_stats() {
+        body["catalog_version"] = follow.catalog_version.into();
+        body["last_catalog_check_ms_ago"] = follow.last_check_ms_ago.into();
+        if let Some(error) = follow.error {
+            body["catalog_follow_error"] = error.into();
+            body["status"] = "warn".into();
+        }
+    }
+    if let Err(e) = store.check_current() {
+        body["status"] = "fail".into();
+        body["error"] = e.to_string().into();
+        status = StatusCode::SERVICE_UNAVAILABLE;
+    }
+    (status, [(header::CACHE_CONTROL, "no-store")], Json(body))
 }
 
 /// InfluxDB clients probe `/ping` for liveness and the server version.

@@ -164,6 +164,10 @@ fn describe() {
             "quiver_plan_cache_physical_hits_total",
             "Queries run from the kept physical plan of the same statement over the same rows.",
         ),
+        (
+            "quiver_catalogs_applied_total",
+            "Catalog versions a query node applied (its first load included).",
+        ),
     ] {
         describe_counter!(name, help);
     }
@@ -173,6 +177,22 @@ fn describe() {
             "Bytes in the write buffer, not yet persisted.",
         ),
         ("quiver_parquet_files", "Parquet files the catalog names."),
+        (
+            "quiver_persist_failing",
+            "1 while the last persist failed (writes are still acknowledged from the WAL), else 0.",
+        ),
+        (
+            "quiver_catalog_version",
+            "The catalog version this node writes (writer) or answers from (query node).",
+        ),
+        (
+            "quiver_catalog_check_age_seconds",
+            "Seconds since the object store last answered a query node's catalog check.",
+        ),
+        (
+            "quiver_catalog_follow_failing",
+            "1 while a query node cannot read the writer's newest catalog, else 0.",
+        ),
         ("quiver_result_cache_bytes", "Bytes the result cache holds."),
         (
             "quiver_result_cache_entries",
@@ -240,6 +260,14 @@ fn record_layer_stats(app: &AppState) {
         counter!("quiver_persist_rows_total").absolute(persist.rows);
         counter!("quiver_persist_bytes_total").absolute(persist.bytes);
         gauge!("quiver_write_buffer_bytes").set(persist.buffered_bytes as f64);
+        gauge!("quiver_persist_failing").set(u8::from(persist.last_error.is_some()) as f64);
+        gauge!("quiver_catalog_version").set(persist.catalog_version as f64);
+    }
+    if let Some(follow) = store.follow_stats() {
+        gauge!("quiver_catalog_version").set(follow.catalog_version as f64);
+        gauge!("quiver_catalog_check_age_seconds").set(follow.last_check_ms_ago as f64 / 1e3);
+        gauge!("quiver_catalog_follow_failing").set(u8::from(follow.error.is_some()) as f64);
+        counter!("quiver_catalogs_applied_total").absolute(follow.catalogs_applied);
     }
     if let Some(compaction) = store.compaction_stats() {
         counter!("quiver_compactions_total").absolute(compaction.done.compactions);

@@ -6,7 +6,7 @@ use arrow::error::ArrowError;
 use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
-use quiver_model::Classify;
+use quiver_model::{Classify, ErrorKind};
 use quiver_query::governance::StopReason;
 use quiver_query::statement_limits::StatementLimit;
 use quiver_query::QueryError;
@@ -57,6 +57,8 @@ pub(super) mod sqlstate {
     pub const INSUFFICIENT_RESOURCES: &str = "53000";
     /// A failure that is not the client's fault.
     pub const INTERNAL_ERROR: &str = "XX000";
+    /// The server cannot serve now (a query node that lost sight of the writer's data).
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
     /// No valid credentials (a revoked token, none where one is needed).
     pub const INVALID_AUTHORIZATION: &str = "28000";
     /// A wrong password (token secret).
@@ -127,7 +129,10 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::Stopped(_) => sqlstate::QUERY_CANCELED,
         QueryError::Busy { .. } => sqlstate::INSUFFICIENT_RESOURCES,
         QueryError::Denied(denied) => access_code(denied.kind),
-        QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
+        QueryError::Storage(e) if e.kind() == ErrorKind::Unavailable => {
+            sqlstate::CANNOT_CONNECT_NOW
+        }
+        QueryError::Storage(_) | QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
     };
     e.kind().log_failure("postgres", &e.to_string());
     error(code, e.to_string())

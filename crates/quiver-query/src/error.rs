@@ -57,6 +57,10 @@ pub enum QueryError {
     /// The caller may not read what the statement reads.
     #[error("{0}")]
     Denied(quiver_model::Denied),
+    /// Storage cannot answer now (a query node whose view of the writer's data may be out of
+    /// date), classified as storage classifies it.
+    #[error("{0}")]
+    Storage(StorageError),
     /// A failure that is not the caller's fault.
     #[error("internal error: {0}")]
     Internal(DataFusionError),
@@ -81,6 +85,7 @@ impl Classify for QueryError {
             QueryError::StatementLimit(StatementLimit::TooLong { .. }) => ErrorKind::TooLarge,
             QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => ErrorKind::LimitExceeded,
             QueryError::Denied(denied) => denied.kind,
+            QueryError::Storage(e) => e.kind(),
             QueryError::Internal(_) => ErrorKind::Internal,
         }
     }

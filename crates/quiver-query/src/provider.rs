@@ -885,7 +885,6 @@ mod tests {
                 generation: 0,
                 arrow_bytes: 0,
             },
-            path: std::path::PathBuf::new(),
         }))
     }
 

@@ -108,6 +108,15 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
+    /// Where the catalog and Parquet files live: file:///DIR or s3://BUCKET/PREFIX (shared
+    /// with query nodes); empty: the data directory.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_store_url: Option<String>,
+    /// all (the writer, which also queries) or query (a query node over object_store_url).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
     /// HTTP listen address, HOST:PORT.
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -537,6 +546,8 @@ mod tests {
             "max_queued_queries",
             "max_sql_bytes",
             "max_sql_depth",
+            "object_store_url",
+            "role",
             "wal_fsync",
             "wal_segment_bytes",
             "wal_recovery",

@@ -1,21 +1,31 @@
 //! The durable catalog: databases, tables (schema, version, Parquet files) and how far the
-//! write-ahead log has been persisted, in one JSON document (`catalog.json` in the data
-//! directory) that is replaced atomically: written to a temporary file, fsynced, renamed over
-//! the old one, and the directory fsynced. A reader therefore sees the old catalog or the new
-//! one, never a mix, whatever moment the process dies at.
+//! write-ahead log has been persisted, in one JSON document that is replaced atomically, so
+//! a reader sees the old catalog or the new one, never a mix, whatever moment the writer
+//! dies at. In the data directory it is `catalog.json`, written to a temporary file, fsynced,
+//! renamed over the old one, and the directory fsynced. In a shared store (`object_store_url`)
+//! each version is a new object `catalog/<version>.json`, created whole by one request and
+//! never changed; the newest is the catalog, and query nodes follow it by listing
+//! `catalog/` (see [`newest_version`]). The last [`KEPT_VERSIONS`] versions are kept, so a
+//! reader that listed one a moment ago still finds it.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use quiver_model::schema::{ColumnType, FieldType};
 use serde::{Deserialize, Serialize};
 
+use crate::data_store::DataStore;
 use crate::error::StorageError;
 use crate::retention::RetentionPeriod;
 
 /// The catalog file's name inside the data directory.
 pub const CATALOG_FILE: &str = "catalog.json";
+
+/// Where a shared store keeps the catalog's versions.
+pub const CATALOG_DIR: &str = "catalog";
+
+/// How many of the newest catalog versions a shared store keeps.
+pub const KEPT_VERSIONS: u64 = 16;
 
 /// The catalog format this build writes and reads.
 const FORMAT: u32 = 1;
@@ -25,6 +35,10 @@ const FORMAT: u32 = 1;
 pub struct CatalogState {
     /// Format version of the document.
     pub format: u32,
+    /// How many times the catalog was stored (each store counts one up); in a shared store,
+    /// the number in its object's name. Catalogs written before it was recorded read as 0.
+    #[serde(default)]
+    pub version: u64,
     /// Every WAL record with a sequence number up to this one is in the Parquet files below
     /// (replay skips them, and their segments may be deleted).
     pub persisted_through_seq: u64,
@@ -156,83 +170,118 @@ impl ColumnEntry {
     }
 }
 
-/// Reads `catalog.json` from `data_dir`; a missing file is an empty catalog.
-pub fn load(data_dir: &Path) -> Result<CatalogState, StorageError> {
-    let path = data_dir.join(CATALOG_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(CatalogState {
-                format: FORMAT,
-                next_file_id: 1,
-                next_table_id: 1,
-                ..CatalogState::default()
-            })
-        }
-        Err(e) => return Err(StorageError::io(&path, e)),
+/// Reads the catalog of `data`; none yet is an empty catalog.
+pub fn load(data: &DataStore) -> Result<CatalogState, StorageError> {
+    let found = match data.is_shared() {
+        false => data
+            .get(CATALOG_FILE)?
+            .map(|bytes| (CATALOG_FILE.to_string(), bytes)),
+        true => load_newest(data)?,
     };
-    let state: CatalogState = serde_json::from_slice(&bytes).map_err(|e| {
-        StorageError::Catalog(format!("{} is not a valid catalog: {e}", path.display()))
-    })?;
+    let Some((name, bytes)) = found else {
+        return Ok(CatalogState {
+            format: FORMAT,
+            next_file_id: 1,
+            next_table_id: 1,
+            ..CatalogState::default()
+        });
+    };
+    decode(&name, &bytes)
+}
+
+/// The catalog in `bytes`, read from the object or file `name` (which errors name).
+fn decode(name: &str, bytes: &[u8]) -> Result<CatalogState, StorageError> {
+    let state: CatalogState = serde_json::from_slice(bytes)
+        .map_err(|e| StorageError::Catalog(format!("{name} is not a valid catalog: {e}")))?;
     if state.format != FORMAT {
         return Err(StorageError::Catalog(format!(
-            "{} has format {}, this build reads format {FORMAT}",
-            path.display(),
+            "{name} has format {}, this build reads format {FORMAT}",
             state.format
         )));
     }
     Ok(state)
 }
 
-/// Replaces `catalog.json` in `data_dir` with `state`, atomically and durably.
-pub fn store(data_dir: &Path, state: &CatalogState) -> Result<(), StorageError> {
+/// The newest catalog version's object name and bytes in a shared store.
+fn load_newest(data: &DataStore) -> Result<Option<(String, Bytes)>, StorageError> {
+    // a version listed but deleted before it was read has newer ones: list again
+    for _ in 0..3 {
+        let Some(version) = newest_version(data)? else {
+            return Ok(None);
+        };
+        let name = version_object(version);
+        if let Some(bytes) = data.get(&name)? {
+            return Ok(Some((name, bytes)));
+        }
+    }
+    Err(StorageError::Catalog(format!(
+        "the catalog versions in {}/{CATALOG_DIR} kept disappearing while they were read",
+        data.location()
+    )))
+}
+
+/// The newest catalog version in a shared store (one listing), or `None` if it has none.
+pub fn newest_version(data: &DataStore) -> Result<Option<u64>, StorageError> {
+    Ok(data
+        .list(CATALOG_DIR)?
+        .iter()
+        .filter_map(|meta| {
+            meta.location
+                .filename()?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .max())
+}
+
+/// The object name of catalog version `version` in a shared store.
+pub fn version_object(version: u64) -> String {
+    format!("{CATALOG_DIR}/{version:020}.json")
+}
+
+/// Stores `state` as the catalog of `data`, atomically and durably, as its next version
+/// (`state.version` counts one up).
+pub fn store(data: &DataStore, state: &mut CatalogState) -> Result<(), StorageError> {
+    state.version += 1;
     let bytes = serde_json::to_vec_pretty(state)
         .map_err(|e| StorageError::Catalog(format!("cannot encode the catalog: {e}")))?;
-    replace_durably(data_dir, CATALOG_FILE, &bytes)
-}
-
-/// Replaces the file `name` in `dir` with `bytes`, atomically (a reader sees the old or the
-/// new file, never a part) and durably: written to `<name>.tmp`, fsynced, renamed over
-/// `name`, and the directory fsynced.
-pub(crate) fn replace_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
-    let path = dir.join(name);
-    let temp = dir.join(format!("{name}.tmp"));
-    let mut file = std::fs::File::create(&temp).map_err(|e| StorageError::io(&temp, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| StorageError::io(&temp, e))?;
-    drop(file);
-    std::fs::rename(&temp, &path).map_err(|e| StorageError::io(&path, e))?;
-    sync_dir(dir)
-}
-
-/// Fsyncs a directory so that entries created, renamed or removed in it are durable.
-pub fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StorageError::io(dir, e))
-}
-
-/// Creates `dir` and any missing parents, fsyncing each parent whose entries changed, so the
-/// new directories survive a power cut.
-pub fn create_dir_durably(dir: &Path) -> Result<(), StorageError> {
-    let mut missing: Vec<PathBuf> = Vec::new();
-    let mut cursor = Some(dir);
-    while let Some(d) = cursor {
-        if d.exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cursor = d.parent();
+    if !data.is_shared() {
+        return data.put(CATALOG_FILE, bytes.into(), false);
     }
-    for d in missing.iter().rev() {
-        match std::fs::create_dir(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(StorageError::io(d, e)),
+    data.put(&version_object(state.version), bytes.into(), true)
+        .map_err(|e| match e {
+            StorageError::ObjectStore { source, .. }
+                if matches!(*source, object_store::Error::AlreadyExists { .. }) =>
+            {
+                StorageError::Catalog(format!(
+                    "catalog version {} exists already in {}: another writer uses this object store (one writer per object_store_url)",
+                    state.version,
+                    data.location()
+                ))
+            }
+            other => other,
+        })?;
+    if let Some(old) = state.version.checked_sub(KEPT_VERSIONS).filter(|&v| v > 0) {
+        if let Err(e) = data.delete(&version_object(old)) {
+            tracing::warn!(error = %e, "could not delete an old catalog version");
         }
-        if let Some(parent) = d.parent() {
-            sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Deletes what a writer that died left of catalogs before version `current`: a temporary
+/// file, and in a shared store the versions older than the [`KEPT_VERSIONS`] newest.
+pub fn sweep(data: &DataStore, current: u64) -> Result<(), StorageError> {
+    if !data.is_shared() {
+        return data.delete(&format!("{CATALOG_FILE}{}", crate::durable_fs::TEMP_SUFFIX));
+    }
+    let oldest_kept = current.saturating_sub(KEPT_VERSIONS - 1);
+    for meta in data.list(CATALOG_DIR)? {
+        let name = meta.location.filename().unwrap_or_default();
+        let version: Option<u64> = name.strip_suffix(".json").and_then(|v| v.parse().ok());
+        if version.is_none_or(|v| v < oldest_kept) {
+            data.delete(meta.location.as_ref())?;
         }
     }
     Ok(())
@@ -252,7 +301,7 @@ pub struct DataDirLock {
 
 impl DataDirLock {
     /// Locks `data_dir`, or fails saying that another process holds it.
-    pub fn acquire(data_dir: &Path) -> Result<Self, StorageError> {
+    pub fn acquire(data_dir: &std::path::Path) -> Result<Self, StorageError> {
         let path = data_dir.join(LOCK_FILE);
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -274,11 +323,7 @@ impl DataDirLock {
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trips_and_replaces_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let empty = load(dir.path()).unwrap();
-        assert_eq!(empty.next_file_id, 1);
+    fn sample_state(empty: &CatalogState) -> CatalogState {
         let mut state = empty.clone();
         state.persisted_through_seq = 42;
         state
@@ -309,8 +354,20 @@ mod tests {
                     }],
                 },
             );
-        store(dir.path(), &state).unwrap();
-        assert_eq!(load(dir.path()).unwrap(), state);
+        state
+    }
+
+    #[test]
+    fn round_trips_and_replaces_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = DataStore::directory(dir.path()).unwrap();
+        let empty = load(&data).unwrap();
+        assert_eq!(empty.next_file_id, 1);
+        let mut state = sample_state(&empty);
+        store(&data, &mut state).unwrap();
+        assert_eq!(state.version, 1);
+        assert_eq!(load(&data).unwrap(), state);
+        assert!(dir.path().join(CATALOG_FILE).is_file());
         assert!(!dir.path().join("catalog.json.tmp").exists());
         let columns = &state.databases["db"].tables["cpu"].columns;
         assert_eq!(
@@ -320,17 +377,52 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_store_keeps_one_object_per_version_and_reads_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().join("bucket").display());
+        let data = DataStore::shared(&url).unwrap();
+        assert_eq!(newest_version(&data).unwrap(), None);
+        let mut state = sample_state(&load(&data).unwrap());
+        for round in 1..=KEPT_VERSIONS + 3 {
+            state.persisted_through_seq = round;
+            store(&data, &mut state).unwrap();
+            assert_eq!(load(&data).unwrap(), state);
+        }
+        assert_eq!(newest_version(&data).unwrap(), Some(KEPT_VERSIONS + 3));
+        // the oldest versions were deleted, the newest KEPT_VERSIONS kept
+        let kept = data.list(CATALOG_DIR).unwrap().len() as u64;
+        assert_eq!(kept, KEPT_VERSIONS);
+        // a version that exists already is another writer's: refused, nothing overwritten
+        let mut rival = state.clone();
+        rival.version -= 1;
+        rival.persisted_through_seq = 0;
+        let err = store(&data, &mut rival).unwrap_err().to_string();
+        assert!(err.contains("another writer"), "{err}");
+        assert_eq!(load(&data).unwrap(), state);
+        // a garbage newest version is an error naming its object
+        let garbage = version_object(state.version + 1);
+        data.put(&garbage, Bytes::from_static(b"{\"format\":1,"), true)
+            .unwrap();
+        let err = load(&data).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{garbage} is not a valid catalog")),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn corrupt_or_unknown_catalogs_are_clear_errors() {
         let dir = tempfile::tempdir().unwrap();
+        let data = DataStore::directory(dir.path()).unwrap();
         std::fs::write(dir.path().join(CATALOG_FILE), b"{not json").unwrap();
-        let err = load(dir.path()).unwrap_err().to_string();
+        let err = load(&data).unwrap_err().to_string();
         assert!(err.contains("catalog.json is not a valid catalog"), "{err}");
         std::fs::write(
             dir.path().join(CATALOG_FILE),
             br#"{"format":99,"persisted_through_seq":0,"next_file_id":1,"next_table_id":1,"databases":{}}"#,
         )
         .unwrap();
-        let err = load(dir.path()).unwrap_err().to_string();
+        let err = load(&data).unwrap_err().to_string();
         assert!(err.contains("format 99"), "{err}");
     }
 }

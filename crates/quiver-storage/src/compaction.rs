@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::{FileEntry, TableEntry};
 use crate::chunk_cache::ChunkCache;
+use crate::data_store::DataStore;
 use crate::error::StorageError;
 use crate::table::{merge_chunks, rows_by_time, schema_of, time_column, ParquetFile};
 
@@ -250,7 +251,7 @@ pub(crate) struct Compactor {
     last_change: Mutex<HashMap<(u64, i64), Instant>>,
     started: Instant,
     /// Replaced files, deleted once nothing else holds them.
-    retired: Mutex<Vec<Arc<ParquetFile>>>,
+    retired: Mutex<Vec<(Instant, Arc<ParquetFile>)>>,
     /// Files that failed to read, by id, with the error.
     quarantined: Mutex<HashMap<u64, String>>,
     /// `true` once the store is closing.
@@ -383,28 +384,33 @@ impl Compactor {
             quarantined.remove(&file.entry.id);
         }
         drop(quarantined);
-        self.retired.lock().extend(files);
+        let now = Instant::now();
+        self.retired
+            .lock()
+            .extend(files.into_iter().map(|f| (now, f)));
     }
 
     /// Deletes the replaced files no query holds any more (a running scan holds its files
-    /// until it finishes) and drops them from the chunk cache. Returns how many went.
-    pub(crate) fn delete_unread(&self, chunk_cache: &ChunkCache) -> usize {
+    /// until it finishes) and drops them from the chunk cache; in a shared store only those
+    /// replaced [`crate::SHARED_DELETE_DELAY`] ago or longer (a query node may read one through
+    /// a catalog it still holds). Returns how many went.
+    pub(crate) fn delete_unread(&self, data: &DataStore, chunk_cache: &ChunkCache) -> usize {
+        let delay = match data.is_shared() {
+            true => crate::SHARED_DELETE_DELAY,
+            false => Duration::ZERO,
+        };
         let unread: Vec<Arc<ParquetFile>> = {
             let mut retired = self.retired.lock();
-            let (unread, held) = std::mem::take(&mut *retired)
+            let (unread, held): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)
                 .into_iter()
-                .partition(|f| Arc::strong_count(f) == 1);
+                .partition(|(at, f)| Arc::strong_count(f) == 1 && at.elapsed() >= delay);
             *retired = held;
-            unread
+            unread.into_iter().map(|(_, f)| f).collect()
         };
         for file in &unread {
-            match std::fs::remove_file(&file.path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            if let Err(e) = data.delete(&file.entry.path) {
                 // left for the orphan sweep at the next start
-                Err(e) => {
-                    tracing::warn!(file = %file.path.display(), error = %e, "could not delete a compacted file")
-                }
+                tracing::warn!(error = %e, "could not delete a compacted file");
             }
         }
         chunk_cache.forget_files(unread.iter().map(|f| f.entry.path.as_str()));
@@ -641,7 +647,7 @@ fn read_file(
     batches: &mut Vec<RecordBatch>,
 ) -> Result<(), StorageError> {
     let file = crate::data_store::read_whole(files, entry)?;
-    let unreadable = |e| StorageError::parquet(std::path::Path::new(&entry.path), e);
+    let unreadable = |e| StorageError::parquet(&entry.path, e);
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|builder| builder.with_batch_size(64 * 1024).build())
         .map_err(unreadable)?;

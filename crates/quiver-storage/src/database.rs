@@ -3,7 +3,6 @@
 //! it is logged; the catalog's databases are rebuilt here at start-up.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -27,12 +26,12 @@ pub struct WriteReceipt {
 /// A database: a named set of tables, and how long they keep their rows.
 pub struct Database {
     name: String,
-    tables: RwLock<BTreeMap<String, Arc<Table>>>,
+    pub(crate) tables: RwLock<BTreeMap<String, Arc<Table>>>,
     limits: StoreLimits,
     /// The database's own retention period; `None`: the server's default.
     retention_setting: RwLock<Option<RetentionPeriod>>,
     /// The period in force, shared with the tables.
-    retention: Arc<RetentionCell>,
+    pub(crate) retention: Arc<RetentionCell>,
 }
 
 impl Database {
@@ -154,14 +153,15 @@ impl Database {
 /// Every database by name.
 pub(crate) type DatabaseMap = BTreeMap<String, Arc<Database>>;
 
-/// Builds the databases and tables the catalog records; returns them and the absolute paths
-/// of every file it names.
+/// Builds the databases and tables the catalog records; returns them and the paths of every
+/// file it names. With `present` (the paths the data store holds), a named file it lacks is
+/// an error.
 pub(crate) fn restore_databases(
-    data_dir: &Path,
     state: &CatalogState,
     limits: &StoreLimits,
     default_retention: RetentionPeriod,
-) -> Result<(DatabaseMap, HashSet<PathBuf>), StorageError> {
+    present: Option<&HashSet<String>>,
+) -> Result<(DatabaseMap, HashSet<String>), StorageError> {
     let mut databases = BTreeMap::new();
     let mut known = HashSet::new();
     for (name, entry) in &state.databases {
@@ -176,18 +176,14 @@ pub(crate) fn restore_databases(
                 .files
                 .iter()
                 .map(|f| {
-                    let path = data_dir.join(&f.path);
-                    if !path.is_file() {
+                    if present.is_some_and(|present| !present.contains(&f.path)) {
                         return Err(StorageError::Catalog(format!(
                             "table {name}.{table_name}: file {} named by the catalog is missing",
-                            path.display()
+                            f.path
                         )));
                     }
-                    known.insert(path.clone());
-                    Ok(Arc::new(ParquetFile {
-                        entry: f.clone(),
-                        path,
-                    }))
+                    known.insert(f.path.clone());
+                    Ok(Arc::new(ParquetFile { entry: f.clone() }))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             db.tables.write().insert(

@@ -67,7 +67,7 @@ pub fn decode_columns(
         return Ok(());
     }
     let reader = crate::data_store::read_whole(files, &file.entry)?;
-    let unreadable = |e| StorageError::parquet(&file.path, e);
+    let unreadable = |e| StorageError::parquet(&file.entry.path, e);
     let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(unreadable)?;
     let stored = builder.schema().clone();
     let readable: Vec<&str> = missing
@@ -102,7 +102,7 @@ pub fn decode_columns(
             .build()
             .map_err(unreadable)?
             .collect::<Result<Vec<RecordBatch>, _>>()
-            .map_err(|e| StorageError::parquet(&file.path, e.into()))?
+            .map_err(|e| StorageError::parquet(&file.entry.path, e.into()))?
     };
     let rows = usize::try_from(file.entry.rows).unwrap_or(usize::MAX);
     for field in missing {
@@ -214,13 +214,15 @@ mod tests {
                 generation: 0,
                 arrow_bytes: 0,
             },
-            path,
         }
     }
 
     /// The data store over `dir`, where [`written`] puts its file.
     fn files(dir: &tempfile::TempDir) -> Arc<dyn object_store::ObjectStore> {
-        crate::data_store::local(dir.path()).unwrap()
+        crate::data_store::DataStore::directory(dir.path())
+            .unwrap()
+            .objects()
+            .clone()
     }
 
     fn field(name: &str, data_type: DataType) -> FieldRef {

@@ -24,7 +24,12 @@ fn rows(store: &Store, db: &str, table: &str) -> usize {
 fn file_paths(store: &Store, db: &str, table: &str) -> Vec<std::path::PathBuf> {
     let table = store.database(db).unwrap().table(table).unwrap();
     let snapshot = table.snapshot().unwrap();
-    snapshot.files.iter().map(|f| f.path.clone()).collect()
+    let dir = store.data_dir().unwrap();
+    snapshot
+        .files
+        .iter()
+        .map(|f| dir.join(&f.entry.path))
+        .collect()
 }
 
 /// The buffer's byte count is the sum of what its tables hold.
@@ -263,7 +268,7 @@ fn retention_hides_nothing_in_storage_but_deletes_whole_expired_files() {
         .files
         .iter()
         .find(|f| f.entry.max_time_ns < now - day)
-        .map(|f| f.path.clone())
+        .map(|f| store.data_dir().unwrap().join(&f.entry.path))
         .unwrap();
     drop(snapshot);
 

@@ -94,6 +94,41 @@ pub enum StorageError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// A request to the object store failed (after its retries).
+    #[error("object store {location}: {path}: {source}")]
+    ObjectStore {
+        /// Where the store is (`s3://bucket/prefix`, a directory).
+        location: String,
+        /// The object.
+        path: String,
+        /// The store's complaint.
+        source: Box<object_store::Error>,
+    },
+    /// A data file the catalog names could not be read whole.
+    #[error("cannot read the data file {path}: {reason}")]
+    Unreadable {
+        /// The file's catalog-relative path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A change asked of a node that serves queries only.
+    #[error(
+        "this node serves queries only (role = query): {what} go to the writer node (role = all)"
+    )]
+    QueryNode {
+        /// What was asked, e.g. `writes`.
+        what: &'static str,
+    },
+    /// A query node has not heard from the object store for too long to know its answers
+    /// are current.
+    #[error("this query node has not reached the object store for {seconds} s, so its answers could be stale: {reason}")]
+    Stale {
+        /// Seconds since the store last answered.
+        seconds: u64,
+        /// The last failure.
+        reason: String,
+    },
     /// Another process (a second server) has the data directory open.
     #[error("data directory {} is in use by another Quiver process (it holds {}/LOCK); stop that process or choose another data_dir", data_dir.display(), data_dir.display())]
     DataDirInUse {
@@ -149,8 +184,8 @@ pub enum StorageError {
     /// Reading the Parquet file at `path` failed.
     #[error("cannot read the Parquet file {path}: {source}")]
     ParquetFile {
-        /// The file.
-        path: std::path::PathBuf,
+        /// The file's catalog-relative path.
+        path: String,
         /// The decoder's complaint.
         source: parquet::errors::ParquetError,
     },
@@ -167,10 +202,10 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// A failure reading the Parquet file at `path`.
-    pub fn parquet(path: &std::path::Path, source: parquet::errors::ParquetError) -> Self {
+    /// A failure reading the Parquet file at `path` (catalog-relative).
+    pub fn parquet(path: &str, source: parquet::errors::ParquetError) -> Self {
         StorageError::ParquetFile {
-            path: path.to_path_buf(),
+            path: path.to_string(),
             source,
         }
     }
@@ -204,16 +239,20 @@ impl Classify for StorageError {
             | StorageError::TooManyDatabases { .. } => ErrorKind::LimitExceeded,
             StorageError::Wal(WalError::RecordTooLarge { .. }) => ErrorKind::TooLarge,
             // the write was not acknowledged: the log is failing or the server is stopping
-            StorageError::Wal(_) | StorageError::BufferFull { .. } | StorageError::Closed => {
-                ErrorKind::Unavailable
-            }
+            StorageError::Wal(_)
+            | StorageError::BufferFull { .. }
+            | StorageError::Closed
+            | StorageError::ObjectStore { .. }
+            | StorageError::Stale { .. } => ErrorKind::Unavailable,
+            StorageError::QueryNode { .. } => ErrorKind::PermissionDenied,
             StorageError::Arrow(_)
             | StorageError::CorruptRecord(_)
             | StorageError::Io { .. }
             | StorageError::DataDirInUse { .. }
             | StorageError::Catalog(_)
             | StorageError::Parquet(_)
-            | StorageError::ParquetFile { .. } => ErrorKind::Internal,
+            | StorageError::ParquetFile { .. }
+            | StorageError::Unreadable { .. } => ErrorKind::Internal,
         }
     }
 }

@@ -76,7 +76,7 @@ fn file_last_rows(
     }
     // batch by batch, keeping only each batch's last rows: never the whole file in memory
     let reader = crate::data_store::read_whole(files, &file.entry)?;
-    let unreadable = |e| StorageError::parquet(&file.path, e);
+    let unreadable = |e| StorageError::parquet(&file.entry.path, e);
     let reader = ParquetRecordBatchReaderBuilder::try_new(reader)
         .and_then(|builder| builder.with_batch_size(64 * 1024).build())
         .map_err(unreadable)?;

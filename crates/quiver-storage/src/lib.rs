@@ -31,7 +31,9 @@ mod data_store;
 mod database;
 mod decoded;
 mod dedup;
+mod durable_fs;
 mod error;
+mod follower;
 mod latest;
 mod limits;
 mod memory;
@@ -49,6 +51,7 @@ mod time_versions;
 mod value_caches;
 mod wal_record;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,17 +62,22 @@ use quiver_wal::Wal;
 use serde::{Deserialize, Serialize};
 
 pub use buffer::TableChangeListener;
-pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
+pub use catalog::{
+    CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_DIR, CATALOG_FILE,
+    KEPT_VERSIONS,
+};
 pub use chunk_cache::{ChunkCache, ChunkCacheStats};
 pub use compaction::{
     CompactionOptions, CompactionScope, CompactionStats, CompactionSummary, TableFiles,
 };
+pub use data_store::{DataStore, REQUEST_TIMEOUT, RETRY_TIMEOUT};
 pub use database::{Database, WriteReceipt};
 pub use decoded::{cached_columns, decode_columns};
 pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };
 pub use error::StorageError;
+pub use follower::{FollowStats, FOLLOW_INTERVAL, STALE_AFTER};
 pub use latest::latest_rows;
 pub use limits::{
     validate_database_name, validate_table_name, StoreLimits, RESERVED_DATABASE_NAMES,
@@ -90,10 +98,27 @@ pub use value_caches::{
 
 use buffer::{ApplyToTables, Buffer, Change, Dropped};
 use database::DatabaseMap;
+use follower::Follower;
 use persister::Persister;
 
 /// The WAL's directory inside the data directory, unless the options name another.
 pub const WAL_DIR: &str = "wal";
+
+/// How long files that no catalog names any more stay in a shared store before they are
+/// deleted: a query node may still be reading one through a catalog it holds.
+pub const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
+
+/// What a server does with its store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Writes (WAL, persistence, compaction, retention) and queries: the one writer.
+    #[default]
+    All,
+    /// Queries only, over the writer's `object_store_url`: no WAL; follows the writer's
+    /// catalog.
+    Query,
+}
 
 /// Where a durable store keeps its data and when it persists. The serde names are the
 /// server's configuration keys (the WAL's and persistence's keys sit beside `data_dir`).
@@ -102,8 +127,17 @@ pub const WAL_DIR: &str = "wal";
 pub struct StoreOptions {
     /// Directory for the server's data: `catalog.json`, `tables/`, `wal/` and the `LOCK` that
     /// keeps a second server out. A relative name is resolved against the working directory
-    /// once, at start-up.
+    /// once, at start-up. With `object_store_url`, the catalog and the tables' files live
+    /// there instead and this directory keeps the WAL, rollups, caches' settings and tokens.
     pub data_dir: PathBuf,
+    /// Where the catalog and the Parquet files live when not in `data_dir`: a directory
+    /// (`file:///srv/quiver`) or an S3-compatible bucket (`s3://bucket/prefix`; endpoint,
+    /// region and credentials from `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`) that query nodes read too. Empty: `data_dir`.
+    pub object_store_url: String,
+    /// `all` (the default: the one writer, which also queries) or `query` (a query node over
+    /// the writer's `object_store_url`).
+    pub role: Role,
     /// The write-ahead log (in `<data_dir>/wal` unless `wal.dir` names another directory).
     #[serde(flatten)]
     pub wal: WalOptions,
@@ -126,6 +160,8 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             data_dir: PathBuf::from("./quiver-data"),
+            object_store_url: String::new(),
+            role: Role::All,
             wal: WalOptions::default(),
             persist: PersistOptions::default(),
             compaction: CompactionOptions::default(),
@@ -147,6 +183,8 @@ impl StoreOptions {
     pub fn for_tests(dir: &Path) -> Self {
         StoreOptions {
             data_dir: dir.to_path_buf(),
+            object_store_url: String::new(),
+            role: Role::All,
             wal: WalOptions {
                 segment_bytes: 64 << 10,
                 fsync: false,
@@ -197,8 +235,12 @@ pub struct Store {
     persister: Option<Arc<Persister>>,
     /// Parsed metadata and column chunks of the Parquet files, for every reader.
     chunk_cache: Arc<ChunkCache>,
-    /// Where the Parquet files are read from (empty for a memory-only store).
-    data_store: Arc<dyn object_store::ObjectStore>,
+    /// Where the catalog and the Parquet files are (empty for a memory-only store).
+    data: DataStore,
+    /// A query node's following of the writer's catalog; `None` for the writer and memory.
+    follower: Option<Arc<Follower>>,
+    /// The absolute data directory; `None` for a memory-only store.
+    data_dir: Option<PathBuf>,
     /// The retention period of databases that set none.
     default_retention: RetentionPeriod,
     /// Held by each change to the set of databases and tables or their settings (create,
@@ -231,7 +273,9 @@ impl Store {
             buffer: Arc::new(Buffer::new(usize::MAX, rollups.clone())),
             persister: None,
             chunk_cache: Arc::new(ChunkCache::new(0)),
-            data_store: data_store::empty(),
+            data: DataStore::memory(),
+            follower: None,
+            data_dir: None,
             default_retention: RetentionPeriod::FOREVER,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
@@ -242,9 +286,11 @@ impl Store {
 
     /// A durable store in `options.data_dir`: creates the directory, makes its path (and the
     /// WAL's) absolute (symlinks resolved, so every path derived from it holds whatever the
-    /// working directory later is), locks it against a second process, loads the catalog, deletes orphaned
-    /// files, replays the WAL records the catalog does not cover, then accepts writes (each
-    /// acknowledged as durable as it asks) and persists the buffer in the background.
+    /// working directory later is), locks it against a second process, loads the catalog
+    /// (from `object_store_url` if set), deletes orphaned files, replays the WAL records the
+    /// catalog does not cover, then accepts writes (each acknowledged as durable as it asks)
+    /// and persists the buffer in the background. With `role = query`, a query node instead:
+    /// no WAL, no writes; it follows the writer's catalog (see [`follower`]).
     pub fn open(
         limits: StoreLimits,
         mut options: StoreOptions,
@@ -258,27 +304,38 @@ impl Store {
         // fsynced by name
         options.data_dir = std::path::absolute(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
-        catalog::create_dir_durably(&options.data_dir)?;
+        durable_fs::create_dir_durably(&options.data_dir)?;
         options.data_dir = std::fs::canonicalize(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
+        let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
+        let data = Self::data_store_of(&options)?;
+        if options.role == Role::Query {
+            return Self::open_query_node(limits, options, data, lock);
+        }
         if options.wal.dir.as_os_str().is_empty() {
             options.wal.dir = options.data_dir.join(WAL_DIR);
         }
         options.wal.dir = std::path::absolute(&options.wal.dir)
             .map_err(|e| StorageError::io(&options.wal.dir, e))?;
-        let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
-        let state = catalog::load(&options.data_dir)?;
+        let state = catalog::load(&data)?;
+        catalog::sweep(&data, state.version)?;
+        options.wal.first_seq = state.persisted_through_seq + 1;
         let default_retention = options.retention_period;
+        let listed = data.list(TABLES_DIR)?;
+        let present: HashSet<String> = listed.iter().map(|m| m.location.to_string()).collect();
         let (databases, known) =
-            database::restore_databases(&options.data_dir, &state, &limits, default_retention)?;
-        let orphans_removed = persist::remove_orphans(&options.data_dir, &known)?;
+            database::restore_databases(&state, &limits, default_retention, Some(&present))?;
+        let min_age = match data.is_shared() {
+            true => SHARED_DELETE_DELAY,
+            false => Duration::ZERO,
+        };
+        let orphans_removed = persist::remove_orphans(&data, &listed, &known, min_age)?;
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
         let rollups = Arc::new(RollupRegistry::open(Some(&options.data_dir), &state)?);
         let value_caches = ValueCaches::open(Some(&options.data_dir))?;
         let buffer = Arc::new(Buffer::new(options.persist.persist_bytes, rollups.clone()));
         let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
-        let data_store = data_store::local(&options.data_dir)?;
         let persister = Arc::new(Persister::new(
             options.data_dir.clone(),
             options.persist.clone(),
@@ -286,7 +343,7 @@ impl Store {
             lock,
             state,
             (buffer.clone(), databases.clone(), chunk_cache.clone()),
-            data_store.clone(),
+            data.clone(),
         ));
         let store = Arc::new(Store {
             databases,
@@ -295,7 +352,9 @@ impl Store {
             buffer,
             persister: Some(persister.clone()),
             chunk_cache,
-            data_store,
+            data,
+            follower: None,
+            data_dir: Some(options.data_dir.clone()),
             default_retention,
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
@@ -332,6 +391,111 @@ impl Store {
         Ok((store, summary))
     }
 
+    /// Where `options` keep the catalog and the files: `object_store_url`, or `data_dir`.
+    fn data_store_of(options: &StoreOptions) -> Result<DataStore, StorageError> {
+        if options.object_store_url.is_empty() {
+            if options.role == Role::Query {
+                return Err(StorageError::Catalog(
+                    "role = query serves the writer's data: set object_store_url to the writer's"
+                        .into(),
+                ));
+            }
+            return DataStore::directory(&options.data_dir);
+        }
+        if options.role == Role::All {
+            // data kept in the directory would silently vanish from queries
+            let local = catalog::load(&DataStore::directory(&options.data_dir)?)?;
+            if !local.databases.is_empty() {
+                return Err(StorageError::Catalog(format!(
+                    "{} holds a catalog with databases, but object_store_url is set to {:?}: \
+                     the data directory's data would not be served; unset object_store_url, or \
+                     start with an empty data_dir",
+                    options.data_dir.join(CATALOG_FILE).display(),
+                    options.object_store_url
+                )));
+            }
+        }
+        DataStore::shared(&options.object_store_url)
+    }
+
+    /// A query node's store over `data` (see [`Store::open`]).
+    fn open_query_node(
+        limits: StoreLimits,
+        options: StoreOptions,
+        data: DataStore,
+        lock: catalog::DataDirLock,
+    ) -> Result<(Arc<Store>, OpenSummary), StorageError> {
+        let default_retention = options.retention_period;
+        let databases = Arc::new(RwLock::new(DatabaseMap::new()));
+        let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
+        let follower = Follower::load(
+            data.clone(),
+            (limits.clone(), default_retention, lock),
+            (databases.clone(), chunk_cache.clone()),
+        )?;
+        let rollups = Arc::new(RollupRegistry::default());
+        let store = Arc::new(Store {
+            databases,
+            limits,
+            sequencer: Mutex::new(()),
+            buffer: Arc::new(Buffer::new(usize::MAX, rollups.clone())),
+            persister: None,
+            chunk_cache,
+            data,
+            follower: Some(follower.clone()),
+            data_dir: Some(options.data_dir.clone()),
+            default_retention,
+            ddl: Mutex::new(()),
+            requested_compaction: Mutex::new(()),
+            rollups,
+            value_caches: ValueCaches::default(),
+        });
+        follower.start()?;
+        let catalog = follower.catalog();
+        let summary = OpenSummary {
+            files: catalog
+                .databases
+                .values()
+                .flat_map(|db| db.tables.values())
+                .map(|t| t.files.len())
+                .sum(),
+            persisted_through_seq: catalog.persisted_through_seq,
+            ..OpenSummary::default()
+        };
+        Ok((store, summary))
+    }
+
+    /// Fails while a query node cannot know its answers are current (the writer's newest
+    /// catalog is unreadable, or the object store has not answered for [`STALE_AFTER`]);
+    /// queries check it before they read. Always fine on the writer.
+    pub fn check_current(&self) -> Result<(), StorageError> {
+        match &self.follower {
+            Some(follower) => follower.check_current(),
+            None => Ok(()),
+        }
+    }
+
+    /// A query node's following of the writer's catalog (`None` on the writer).
+    pub fn follow_stats(&self) -> Option<FollowStats> {
+        self.follower.as_ref().map(|f| f.stats())
+    }
+
+    /// The role this store was opened with.
+    pub fn role(&self) -> Role {
+        match self.follower {
+            Some(_) => Role::Query,
+            None => Role::All,
+        }
+    }
+
+    /// Fails on a query node, which changes nothing: `what` names the refused change.
+    fn writable(&self, what: &'static str) -> Result<(), StorageError> {
+        match self.follower {
+            Some(_) => Err(StorageError::QueryNode { what }),
+            None => Ok(()),
+        }
+    }
+
     /// The cache of Parquet metadata and column chunks every reader of this store's files
     /// goes through (off, capacity 0, for a memory-only store).
     pub fn chunk_cache(&self) -> &Arc<ChunkCache> {
@@ -342,13 +506,19 @@ impl Store {
     /// paths ([`FileEntry::path`]): the data directory (empty for a memory-only store). Every
     /// reader shares it (the query engine's scans register it).
     pub fn data_store(&self) -> &Arc<dyn object_store::ObjectStore> {
-        &self.data_store
+        self.data.objects()
+    }
+
+    /// Where the catalog and the Parquet files are: the data directory, a `file://` or
+    /// `s3://` URL (`object_store_url`), or `memory`.
+    pub fn data_location(&self) -> &str {
+        self.data.location()
     }
 
     /// The absolute data directory of a durable store (catalog-relative file paths such as
     /// [`FileEntry::path`] are relative to it); `None` for a memory-only store.
     pub fn data_dir(&self) -> Option<&Path> {
-        self.persister.as_ref().map(|p| p.data_dir())
+        self.data_dir.as_deref()
     }
 
     fn wal(&self) -> Option<&Wal<Change>> {
@@ -418,6 +588,7 @@ impl Store {
         tables: Vec<DecodedTable>,
         durability: Durability,
     ) -> Result<WriteReceipt, StorageError> {
+        self.writable("writes")?;
         let rows = tables.iter().map(|t| t.batch.num_rows()).sum();
         validate_database_name(database)?;
         for table in &tables {
@@ -493,6 +664,7 @@ impl Store {
         name: &str,
         retention: Option<RetentionPeriod>,
     ) -> Result<Arc<Database>, StorageError> {
+        self.writable("database changes")?;
         validate_database_name(name)?;
         let _one_change_at_a_time = self.ddl.lock();
         self.check_can_create(name)?;
@@ -552,6 +724,7 @@ impl Store {
         name: &str,
         retention: Option<RetentionPeriod>,
     ) -> Result<Arc<Database>, StorageError> {
+        self.writable("database changes")?;
         validate_database_name(name)?;
         let _one_change_at_a_time = self.ddl.lock();
         let db = self.database(name).ok_or_else(|| StorageError::NotFound {
@@ -576,6 +749,7 @@ impl Store {
         &self,
         definition: RollupDefinition,
     ) -> Result<Arc<RollupState>, StorageError> {
+        self.writable("rollup changes")?;
         let _ddl = self.ddl.lock();
         let db = self
             .database(&definition.database)
@@ -616,6 +790,7 @@ impl Store {
     /// Configures a last-value or distinct-value cache, durably, after checking that its
     /// table and columns exist and that its columns can key or be listed.
     pub fn create_value_cache(&self, cache: ValueCache) -> Result<(), StorageError> {
+        self.writable("cache changes")?;
         let _ddl = self.ddl.lock();
         let table = self
             .database(&cache.db)
@@ -636,6 +811,7 @@ impl Store {
         table: &str,
         name: &str,
     ) -> Result<(), StorageError> {
+        self.writable("cache changes")?;
         let _ddl = self.ddl.lock();
         self.value_caches.remove(kind_name, db, table, name)
     }
@@ -643,6 +819,7 @@ impl Store {
     /// Drops rollup `name` of `database` and deletes its files (its base table keeps its
     /// rows).
     pub fn drop_rollup(&self, database: &str, name: &str) -> Result<(), StorageError> {
+        self.writable("rollup changes")?;
         let _ddl = self.ddl.lock();
         self.rollups.remove(database, name)
     }
@@ -691,6 +868,7 @@ impl Store {
     }
 
     fn drop_and_settle(&self, database: &str, table: Option<&str>) -> Result<(), StorageError> {
+        self.writable("drops")?;
         let payload = wal_record::encode_drop(database, table)?;
         let _one_change_at_a_time = self.ddl.lock();
         let logged = {
@@ -776,6 +954,7 @@ impl Store {
     /// did. The background persister does this when the buffer is over its size or age
     /// threshold; tests and tools may call it directly. Memory-only stores have nothing to do.
     pub fn persist_now(&self) -> Result<PersistSummary, StorageError> {
+        self.writable("persists")?;
         match &self.persister {
             Some(persister) => persister.persist_now(),
             None => Ok(PersistSummary::default()),
@@ -792,6 +971,7 @@ impl Store {
         &self,
         scope: CompactionScope<'_>,
     ) -> Result<CompactionSummary, StorageError> {
+        self.writable("compactions")?;
         if let Some(name) = scope.database {
             validate_database_name(name)?;
             let db = self.database(name).ok_or_else(|| StorageError::NotFound {
@@ -823,7 +1003,11 @@ impl Store {
     /// The catalog as last written (`None` for a memory-only store): what a restart would
     /// load, for tools and tests.
     pub fn catalog(&self) -> Option<CatalogState> {
-        self.persister.as_ref().map(|p| p.catalog())
+        match (&self.persister, &self.follower) {
+            (Some(persister), _) => Some(persister.catalog()),
+            (None, Some(follower)) => Some(follower.catalog()),
+            (None, None) => None,
+        }
     }
 
     /// Stops the persister (letting a running persist finish), then the WAL's commit thread
@@ -832,6 +1016,9 @@ impl Store {
     pub fn close(&self) {
         if let Some(persister) = &self.persister {
             persister.close();
+        }
+        if let Some(follower) = &self.follower {
+            follower.close();
         }
     }
 }
@@ -1085,7 +1272,7 @@ mod tests {
         let mut chunks = Vec::new();
         for file in snapshot.files.iter() {
             let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                std::fs::File::open(&file.path).unwrap(),
+                std::fs::File::open(store.data_dir().unwrap().join(&file.entry.path)).unwrap(),
             )
             .unwrap()
             .build()
@@ -1128,7 +1315,7 @@ mod tests {
             assert!(table.version() > persisted_version);
             store.close();
         }
-        let catalog = catalog::load(dir.path()).unwrap();
+        let catalog = catalog::load(&DataStore::directory(dir.path()).unwrap()).unwrap();
         let persisted_version = catalog.databases["m"].tables["cpu"].version;
         let files = &catalog.databases["m"].tables["cpu"].files;
         assert_eq!(files.len(), 3);
@@ -1200,7 +1387,7 @@ mod tests {
         assert_eq!(summary.orphans_removed, 1);
         assert!(!orphan.exists());
         store.close();
-        let catalog = catalog::load(dir.path()).unwrap();
+        let catalog = catalog::load(&DataStore::directory(dir.path()).unwrap()).unwrap();
         let file = &catalog.databases["m"].tables["cpu"].files[0];
         std::fs::remove_file(dir.path().join(&file.path)).unwrap();
         let err = Store::open(StoreLimits::default(), options(dir.path()))

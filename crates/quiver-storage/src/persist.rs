@@ -2,12 +2,13 @@
 //! series key then time and deduplicated, zstd-compressed, with row-group statistics and the
 //! page index (column and offset indexes) so readers can prune by time and by tag.
 //!
-//! Files are written under their final name and fsynced together with their directory before
-//! the catalog names them; a file that no catalog names (the process died in between) is an
-//! orphan that [`remove_orphans`] deletes at startup.
+//! A file is encoded in memory and stored whole in the data store ([`DataStore::put`]:
+//! fsynced with its directory, or one request to a bucket) before the catalog names it; a
+//! file that no catalog names (the process died in between) is an orphan that
+//! [`remove_orphans`] deletes at startup.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,9 +23,11 @@ use parquet::schema::types::ColumnPath;
 use quiver_model::schema::TIME_COLUMN;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{create_dir_durably, sync_dir, FileEntry};
+use crate::catalog::FileEntry;
 use crate::chunk_cache::ChunkCache;
+use crate::data_store::DataStore;
 use crate::dedup::series_key_and_fields;
+use crate::durable_fs::{create_dir_durably, replace_durably, TEMP_SUFFIX};
 use crate::error::StorageError;
 use crate::table::{merge_chunks, rows_by_time, time_range, FrozenRows, ParquetFile};
 
@@ -141,7 +144,7 @@ fn partition_label(start_ns: i64, partition_ns: i64) -> String {
 /// from `next_file_id` (shared by the tables one persist writes at once). On failure no file
 /// it wrote stays.
 pub(crate) fn write_table_files(
-    data_dir: &Path,
+    data: &DataStore,
     table_dir: &str,
     frozen: &FrozenRows,
     (options, chunk_cache): (&PersistOptions, &ChunkCache),
@@ -159,14 +162,15 @@ pub(crate) fn write_table_files(
             id: next_file_id.fetch_add(1, Ordering::Relaxed),
             generation: 0,
         };
-        write_file(data_dir, &file, rows, (options, Some(chunk_cache))).map(|written| [written])
+        write_file(data, &file, rows, (options, Some(chunk_cache))).map(|written| [written])
     });
-    Ok(all_or_none(written)?.into_iter().flatten().collect())
+    Ok(all_or_none(data, written)?.into_iter().flatten().collect())
 }
 
 /// The files if every write succeeded; otherwise the first error, after deleting the files
 /// that were written (no catalog will name them).
 pub(crate) fn all_or_none<T: AsRef<[Arc<ParquetFile>]>>(
+    data: &DataStore,
     written: Vec<Result<T, StorageError>>,
 ) -> Result<Vec<T>, StorageError> {
     if written.iter().all(Result::is_ok) {
@@ -175,17 +179,22 @@ pub(crate) fn all_or_none<T: AsRef<[Arc<ParquetFile>]>>(
     let mut first_error = None;
     for result in written {
         match result {
-            Ok(files) => {
-                for file in files.as_ref() {
-                    let _ = std::fs::remove_file(&file.path);
-                }
-            }
+            Ok(files) => delete_unnamed(data, files.as_ref()),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
         }
     }
     Err(first_error.expect("one write failed"))
+}
+
+/// Deletes files no catalog names; one left behind is an orphan the next start sweeps.
+pub(crate) fn delete_unnamed(data: &DataStore, files: &[Arc<ParquetFile>]) {
+    for file in files {
+        if let Err(e) = data.delete(&file.entry.path) {
+            tracing::warn!(error = %e, "could not delete a file no catalog names");
+        }
+    }
 }
 
 /// Runs `work(i)` for every `i` in `0..count` on up to `threads` scoped threads (each takes
@@ -232,12 +241,12 @@ pub(crate) struct NewFile<'a> {
 }
 
 /// Writes `rows` (sorted by series then time, deduplicated, all in one partition) as the file
-/// `file` describes, durably (file and directory fsynced), and returns it; its columns are
+/// `file` describes, durably, to `data`, and returns it; its columns are
 /// kept in `chunk_cache`, if given, as the file's decoded columns ([`crate::decoded`]). (If
 /// the file is then deleted because another write failed, those entries are never asked for:
 /// file ids are not reused.)
 pub(crate) fn write_file(
-    data_dir: &Path,
+    data: &DataStore,
     file: &NewFile<'_>,
     rows: &RecordBatch,
     (options, chunk_cache): (&PersistOptions, Option<&ChunkCache>),
@@ -248,8 +257,9 @@ pub(crate) fn write_file(
         partition_label(file.partition_start_ns, options.partition_ns()),
         file.id
     );
-    let path = data_dir.join(&relative);
-    let bytes = write_parquet(&path, rows, options)?;
+    let encoded = encode_parquet(rows, writer_properties(rows, options)?)?;
+    let bytes = encoded.len() as u64;
+    data.put(&relative, encoded, false)?;
     let (min_time_ns, max_time_ns) =
         time_range(std::slice::from_ref(rows)).expect("a written file has rows");
     let written = Arc::new(ParquetFile {
@@ -264,7 +274,6 @@ pub(crate) fn write_file(
             generation: file.generation,
             arrow_bytes: crate::memory::data_bytes(rows) as u64,
         },
-        path,
     });
     if let Some(chunk_cache) = chunk_cache {
         crate::decoded::keep_written_columns(&written, rows, chunk_cache);
@@ -291,50 +300,29 @@ fn split_by_partition(
         .collect()
 }
 
-/// Writes `batch` (sorted by tags then time) to a new table file at `path`, durably; returns
-/// its size.
-fn write_parquet(
-    path: &Path,
+/// `batch` as a Parquet file written with `properties`, in memory.
+fn encode_parquet(
     batch: &RecordBatch,
-    options: &PersistOptions,
-) -> Result<u64, StorageError> {
-    write_parquet_durably(path, batch, writer_properties(batch, options)?)
+    properties: WriterProperties,
+) -> Result<bytes::Bytes, StorageError> {
+    let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties))?;
+    writer.write(batch)?;
+    Ok(writer.into_inner()?.into())
 }
 
-/// Writes `batch` to a new Parquet file at `path` with `properties` and makes it durable
-/// (file and directory fsynced); returns its size. On failure (a full disk, say) nothing of
-/// the file is left behind.
+/// Writes `batch` to the local Parquet file `path` with `properties`, replacing any file of
+/// that name, atomically and durably (see [`crate::durable_fs`]); returns its size.
 pub(crate) fn write_parquet_durably(
     path: &Path,
     batch: &RecordBatch,
     properties: WriterProperties,
 ) -> Result<u64, StorageError> {
     let dir = path.parent().expect("a file path has a parent");
+    let name = path.file_name().expect("a file path has a name");
+    let encoded = encode_parquet(batch, properties)?;
     create_dir_durably(dir)?;
-    let written = write_new_parquet(path, dir, batch, properties);
-    if written.is_err() {
-        let _ = std::fs::remove_file(path);
-    }
-    written
-}
-
-fn write_new_parquet(
-    path: &Path,
-    dir: &Path,
-    batch: &RecordBatch,
-    properties: WriterProperties,
-) -> Result<u64, StorageError> {
-    let file = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties))?;
-    writer.write(batch)?;
-    let file = writer.into_inner()?;
-    file.sync_all().map_err(|e| StorageError::io(path, e))?;
-    let bytes = file
-        .metadata()
-        .map_err(|e| StorageError::io(path, e))?
-        .len();
-    sync_dir(dir)?;
-    Ok(bytes)
+    replace_durably(dir, &name.to_string_lossy(), &encoded)?;
+    Ok(encoded.len() as u64)
 }
 
 /// zstd, page-level statistics (which also writes the page index), the sort order recorded
@@ -394,33 +382,25 @@ fn distinct_upper_bound(column: &arrow::array::ArrayRef) -> usize {
     }
 }
 
-/// Deletes Parquet files under the data directory's `tables/` that the catalog does not name
-/// (written by a persist that died before its catalog update), and a leftover temporary
-/// catalog. Returns how many files were deleted.
+/// Deletes what under the data store's `tables/` the catalog does not name: Parquet files of
+/// a persist or merge that died before its catalog update, and temporary files. `present`
+/// is what the store holds (one listing, see [`crate::database::restore_databases`]). In a
+/// shared store, files written less than `min_age` ago are left: a query node may still
+/// read one a catalog it holds named. Returns how many were deleted.
 pub(crate) fn remove_orphans(
-    data_dir: &Path,
-    known: &HashSet<PathBuf>,
+    data: &DataStore,
+    present: &[object_store::ObjectMeta],
+    known: &HashSet<String>,
+    min_age: std::time::Duration,
 ) -> Result<usize, StorageError> {
-    let temp = data_dir.join(format!("{}.tmp", crate::catalog::CATALOG_FILE));
-    if temp.exists() {
-        std::fs::remove_file(&temp).map_err(|e| StorageError::io(&temp, e))?;
-    }
+    let newest = chrono::Utc::now() - min_age;
     let mut removed = 0;
-    let mut stack = vec![data_dir.join(TABLES_DIR)];
-    while let Some(dir) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(StorageError::io(&dir, e)),
-        };
-        for entry in entries {
-            let path = entry.map_err(|e| StorageError::io(&dir, e))?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") && !known.contains(&path) {
-                std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
-                removed += 1;
-            }
+    for meta in present {
+        let path = meta.location.as_ref();
+        let leftover = path.ends_with(".parquet") || path.ends_with(TEMP_SUFFIX);
+        if leftover && !known.contains(path) && meta.last_modified <= newest {
+            data.delete(path)?;
+            removed += 1;
         }
     }
     Ok(removed)
@@ -467,15 +447,14 @@ mod tests {
             &quiver_model::schema::NoExistingTables,
         );
         let batch = crate::sort_and_deduplicate(&decoded.tables[0].batch).unwrap();
-        let dir = tempfile::tempdir().unwrap();
         for bloom_filters in [false, true] {
             let options = PersistOptions {
                 bloom_filters,
                 ..PersistOptions::default()
             };
-            let path = dir.path().join(format!("{bloom_filters}.parquet"));
-            write_parquet(&path, &batch, &options).unwrap();
-            let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+            let encoded =
+                encode_parquet(&batch, writer_properties(&batch, &options).unwrap()).unwrap();
+            let reader = SerializedFileReader::new(encoded).unwrap();
             let row_group = reader.metadata().row_group(0);
             let with_filters: Vec<String> = (0..row_group.num_columns())
                 .filter(|&i| row_group.column(i).bloom_filter_offset().is_some())
@@ -489,9 +468,9 @@ mod tests {
     #[test]
     fn a_failed_write_leaves_none_of_the_others_files() {
         let dir = tempfile::tempdir().unwrap();
+        let data = DataStore::directory(dir.path()).unwrap();
         let file = |name: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, b"x").unwrap();
+            std::fs::write(dir.path().join(name), b"x").unwrap();
             Arc::new(ParquetFile {
                 entry: FileEntry {
                     id: 1,
@@ -504,21 +483,24 @@ mod tests {
                     generation: 0,
                     arrow_bytes: 1,
                 },
-                path,
             })
         };
+        let exists = |f: &ParquetFile| dir.path().join(&f.entry.path).exists();
         let (a, b) = (file("a.parquet"), file("b.parquet"));
-        let failed = all_or_none(vec![
-            Ok(vec![a.clone()]),
-            Err(StorageError::Catalog("disk full".into())),
-            Ok(vec![b.clone()]),
-        ]);
+        let failed = all_or_none(
+            &data,
+            vec![
+                Ok(vec![a.clone()]),
+                Err(StorageError::Catalog("disk full".into())),
+                Ok(vec![b.clone()]),
+            ],
+        );
         assert!(failed.unwrap_err().to_string().contains("disk full"));
-        assert!(!a.path.exists() && !b.path.exists());
+        assert!(!exists(&a) && !exists(&b));
         let c = file("c.parquet");
-        let written = all_or_none(vec![Ok(vec![c.clone()])]).unwrap();
+        let written = all_or_none(&data, vec![Ok(vec![c.clone()])]).unwrap();
         assert_eq!(written, vec![vec![c.clone()]]);
-        assert!(c.path.exists());
+        assert!(exists(&c));
     }
 
     #[test]

@@ -39,6 +39,7 @@ use crate::compaction::{
     self, CompactionOptions, CompactionScope, CompactionStats, CompactionSummary, Compactor, Merge,
     MergeFailure,
 };
+use crate::data_store::DataStore;
 use crate::database::{Database, DatabaseMap};
 use crate::error::StorageError;
 use crate::persist::{self, NewFile, PersistOptions};
@@ -79,6 +80,11 @@ pub struct PersistStats {
     pub failures: u64,
     /// Bytes in the write buffer now.
     pub buffered_bytes: usize,
+    /// Why the last persist failed, if it did (cleared by the next success): the writes
+    /// since are acknowledged from the WAL and kept in the buffer until a persist succeeds.
+    pub last_error: Option<String>,
+    /// The catalog's version (how many times it was stored).
+    pub catalog_version: u64,
 }
 
 /// The Parquet side of a durable store (see the module documentation).
@@ -103,8 +109,8 @@ pub(crate) struct Persister {
     compactor_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Where replaced files are dropped from once deleted.
     chunk_cache: Arc<ChunkCache>,
-    /// Where compaction reads the files it merges.
-    data_store: Arc<dyn object_store::ObjectStore>,
+    /// Where the catalog and the files are written, and compaction reads the files it merges.
+    data: DataStore,
     buffer: Arc<Buffer>,
     databases: Arc<RwLock<DatabaseMap>>,
     /// Set once the WAL has been replayed (the replay writes through the store).
@@ -121,7 +127,7 @@ impl Persister {
         lock: DataDirLock,
         catalog: CatalogState,
         shared: (Arc<Buffer>, Arc<RwLock<DatabaseMap>>, Arc<ChunkCache>),
-        data_store: Arc<dyn object_store::ObjectStore>,
+        data: DataStore,
     ) -> Self {
         let (buffer, databases, chunk_cache) = shared;
         Persister {
@@ -136,7 +142,7 @@ impl Persister {
             merging: Mutex::new(()),
             compactor_thread: Mutex::new(None),
             chunk_cache,
-            data_store,
+            data,
             buffer,
             databases,
             wal: OnceLock::new(),
@@ -155,15 +161,12 @@ impl Persister {
         self.wal.get()
     }
 
-    /// The absolute data directory.
-    pub(crate) fn data_dir(&self) -> &std::path::Path {
-        &self.data_dir
-    }
-
     /// Counters since start, with the bytes buffered now.
     pub(crate) fn stats(&self) -> PersistStats {
         PersistStats {
             buffered_bytes: self.buffer.bytes.load(Ordering::Acquire),
+            last_error: self.last_error.lock().clone(),
+            catalog_version: self.catalog.lock().version,
             ..self.stats.lock().clone()
         }
     }
@@ -207,7 +210,7 @@ impl Persister {
         if self.compactor.options.enabled {
             self.compact(CompactionScope::default(), false)?;
         } else {
-            self.compactor.delete_unread(&self.chunk_cache);
+            self.compactor.delete_unread(&self.data, &self.chunk_cache);
         }
         Ok(())
     }
@@ -233,7 +236,7 @@ impl Persister {
             }
             drop(one_at_a_time);
         }
-        self.compactor.delete_unread(&self.chunk_cache);
+        self.compactor.delete_unread(&self.data, &self.chunk_cache);
         Ok(summary)
     }
 
@@ -310,7 +313,7 @@ impl Persister {
     /// dropped meanwhile. Unless the files were swapped in, nothing it wrote stays.
     fn try_merge(&self, merge: &Merge) -> Result<Option<CompactionSummary>, Box<MergeFailure>> {
         let options = &self.compactor.options;
-        let sorted = compaction::read_merged(&self.data_store, merge)?;
+        let sorted = compaction::read_merged(self.data.objects(), merge)?;
         let cuts = compaction::time_cuts(&sorted, compaction::target_rows(merge, options))?;
         let first_id = self.reserve_file_ids(cuts.len().max(1) as u64)?;
         let table_dir = format!("{}/{}", merge.database, merge.table_id);
@@ -330,7 +333,7 @@ impl Persister {
                 generation: merge.generation(),
             };
             written.push(persist::write_file(
-                &self.data_dir,
+                &self.data,
                 &file,
                 rows,
                 (&self.options, chunk_cache),
@@ -348,10 +351,7 @@ impl Persister {
         drop(sorted);
         let result = result.and_then(|()| self.swap_in(merge, &written));
         if !matches!(result, Ok(Some(_))) {
-            for file in &written {
-                // an undeleted one is an orphan, swept at the next start
-                let _ = std::fs::remove_file(&file.path);
-            }
+            persist::delete_unnamed(&self.data, &written);
         }
         match result? {
             None => Ok(None),
@@ -426,7 +426,7 @@ impl Persister {
         }
         let entries: Vec<FileEntry> = merged.iter().map(|f| f.entry.clone()).collect();
         entry.files = compaction::splice_merged(&entry.files, |f| f.id, &replaced, &entries).0;
-        catalog::store(&self.data_dir, &state)?;
+        catalog::store(&self.data, &mut state)?;
         *self.catalog.lock() = state;
         let replaced = table.replace_files(&replaced, merged);
         self.buffer.notify_rows_moved(std::iter::once(&table));
@@ -530,7 +530,7 @@ impl Persister {
                 self.compactor.retire(table.take_files());
             }
         }
-        self.compactor.delete_unread(&self.chunk_cache);
+        self.compactor.delete_unread(&self.data, &self.chunk_cache);
     }
 
     /// Changes the catalog's database settings with `change`, stores it durably, then runs
@@ -546,7 +546,7 @@ impl Persister {
         }
         let mut state = self.catalog.lock().clone();
         change(&mut state);
-        catalog::store(&self.data_dir, &state)?;
+        catalog::store(&self.data, &mut state)?;
         *self.catalog.lock() = state;
         stored();
         Ok(())
@@ -589,7 +589,7 @@ impl Persister {
                 entry.files.retain(|f| !ids.contains(&f.id));
             }
         }
-        catalog::store(&self.data_dir, &state)?;
+        catalog::store(&self.data, &mut state)?;
         *self.catalog.lock() = state;
         drop(running);
         let mut count = 0;
@@ -600,7 +600,7 @@ impl Persister {
         self.buffer
             .notify_listeners(expired.iter().map(|(_, _, table, _)| table));
         self.compactor.record_expired(count);
-        self.compactor.delete_unread(&self.chunk_cache);
+        self.compactor.delete_unread(&self.data, &self.chunk_cache);
         Ok(count)
     }
 
@@ -759,7 +759,7 @@ impl Persister {
         let next_file_id = AtomicU64::new(state.next_file_id);
         let results = persist::in_parallel(frozen.len(), threads, |i| {
             persist::write_table_files(
-                &self.data_dir,
+                &self.data,
                 &table_dirs[i],
                 &frozen[i].1,
                 (&self.options, &self.chunk_cache),
@@ -768,7 +768,7 @@ impl Persister {
             )
         });
         state.next_file_id = next_file_id.into_inner();
-        let written = persist::all_or_none(results)?;
+        let written = persist::all_or_none(&self.data, results)?;
         for ((database, rows), files) in frozen.iter().zip(&written) {
             let entry = state
                 .databases
@@ -778,7 +778,7 @@ impl Persister {
             entry.files.extend(files.iter().map(|f| f.entry.clone()));
         }
         state.persisted_through_seq = state.persisted_through_seq.max(through_seq);
-        catalog::store(&self.data_dir, state)?;
+        catalog::store(&self.data, state)?;
         Ok(written)
     }
 

@@ -27,7 +27,7 @@ use arrow::record_batch::RecordBatchReader;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{create_dir_durably, replace_durably};
+use crate::durable_fs::{create_dir_durably, replace_durably};
 use crate::rollup_ranges::{BucketGrid, Ranges};
 use crate::StorageError;
 

@@ -3,7 +3,6 @@
 //! read.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -29,7 +28,7 @@ use crate::time_versions::TimeVersions;
 static LAST_VERSION: AtomicU64 = AtomicU64::new(0);
 
 /// A version no table of this process has had yet.
-fn next_version() -> u64 {
+pub(crate) fn next_version() -> u64 {
     LAST_VERSION.fetch_add(1, Ordering::AcqRel) + 1
 }
 
@@ -139,10 +138,9 @@ impl TableSnapshot {
 /// One immutable Parquet file of a table, as the catalog describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParquetFile {
-    /// The catalog entry (id, partition, time range, rows, bytes).
+    /// The catalog entry (id, partition, time range, rows, bytes, and its path in the data
+    /// store).
     pub entry: FileEntry,
-    /// Absolute path of the file.
-    pub path: PathBuf,
 }
 
 /// A table's buffered rows taken out of the live buffer by a persist, with what persisting

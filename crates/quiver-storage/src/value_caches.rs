@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use quiver_model::schema::{ColumnType, FieldType};
 
-use crate::catalog::replace_durably;
+use crate::durable_fs::replace_durably;
 use crate::StorageError;
 
 /// The file the settings are kept in, inside the data directory.

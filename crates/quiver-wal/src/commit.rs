@@ -50,6 +50,11 @@ pub struct WalOptions {
     /// file and offset), `truncate` drops the corrupt record and everything after it.
     #[serde(rename = "wal_recovery")]
     pub recovery: Recovery,
+    /// The lowest sequence number a new record may get: one past what the catalog says is
+    /// persisted, so a log directory lost or replaced never hands out numbers replay would
+    /// skip as persisted. Set by the store, not a setting.
+    #[serde(skip)]
+    pub first_seq: u64,
 }
 
 impl Default for WalOptions {
@@ -60,6 +65,7 @@ impl Default for WalOptions {
             max_record_bytes: 1 << 30,
             fsync: true,
             recovery: Recovery::Strict,
+            first_seq: 1,
         }
     }
 }
@@ -138,7 +144,7 @@ impl<T: Send + 'static> Wal<T> {
             options.max_record_bytes,
             replay,
         )?;
-        let next_seq = (summary.last_seq + 1).max(floor);
+        let next_seq = (summary.last_seq + 1).max(floor).max(options.first_seq);
         let closed = list_segments(&options.dir)?;
         let (file, path) = create_segment(&options.dir, next_seq)?;
         let shared = Arc::new(Shared {
@@ -435,6 +441,7 @@ mod tests {
             max_record_bytes: 1 << 20,
             fsync: true,
             recovery: Recovery::Strict,
+            first_seq: 1,
         }
     }
 

@@ -1,0 +1,276 @@
+//! A query node's view of the writer's data (`role = query`): it holds no WAL and writes
+//! nothing; it loads the newest catalog version of the shared store, and a thread of its own
+//! lists the store's `catalog/` every [`FOLLOW_INTERVAL`] and applies each newer version:
+//! tables whose catalog entry changed get a new version (from this process's counter, so
+//! the caches above never mistake the new files for the old), unchanged tables keep theirs
+//! and their cached answers, dropped ones go.
+//!
+//! A query node must not answer from a catalog it cannot know to be current: while the
+//! newest version cannot be read (a garbage object) or the store has not answered for
+//! [`STALE_AFTER`], [`Follower::check_current`] fails and queries fail with it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::catalog::{self, CatalogState, DataDirLock};
+use crate::chunk_cache::ChunkCache;
+use crate::data_store::DataStore;
+use crate::database::{Database, DatabaseMap};
+use crate::limits::StoreLimits;
+use crate::retention::RetentionPeriod;
+use crate::table::{next_version, ParquetFile, Table};
+use crate::StorageError;
+
+/// How often a query node looks for a new catalog version.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long a query node answers after the store last answered it; past it, queries fail.
+pub const STALE_AFTER: Duration = Duration::from_secs(10);
+
+/// What a query node knows about its following of the writer's catalog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowStats {
+    /// The catalog version it answers from.
+    pub catalog_version: u64,
+    /// Catalog versions applied since start (the first load included).
+    pub catalogs_applied: u64,
+    /// Milliseconds since the store last answered a check (listing or reading the catalog).
+    pub last_check_ms_ago: u64,
+    /// Why the newest catalog could not be followed, if it could not (cleared on success).
+    pub error: Option<String>,
+}
+
+/// Follows the shared store's catalog for a query node (see the module documentation).
+pub(crate) struct Follower {
+    data: DataStore,
+    limits: StoreLimits,
+    default_retention: RetentionPeriod,
+    databases: Arc<RwLock<DatabaseMap>>,
+    chunk_cache: Arc<ChunkCache>,
+    /// The catalog applied.
+    applied: Mutex<CatalogState>,
+    status: Mutex<Status>,
+    stop: (Mutex<bool>, Condvar),
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The node's data directory's lock, held while the node runs.
+    _lock: DataDirLock,
+}
+
+struct Status {
+    /// When the store last answered a check.
+    last_answer: Instant,
+    /// The store answered with a catalog that cannot be used (a garbage object).
+    unusable: Option<String>,
+    /// The store did not answer the last check.
+    unreachable: Option<String>,
+    applied: u64,
+}
+
+impl Follower {
+    /// A follower that has loaded the newest catalog of `data` into `databases`.
+    pub(crate) fn load(
+        data: DataStore,
+        (limits, default_retention, lock): (StoreLimits, RetentionPeriod, DataDirLock),
+        shared: (Arc<RwLock<DatabaseMap>>, Arc<ChunkCache>),
+    ) -> Result<Arc<Self>, StorageError> {
+        let (databases, chunk_cache) = shared;
+        let state = catalog::load(&data)?;
+        let (restored, _) =
+            crate::database::restore_databases(&state, &limits, default_retention, None)?;
+        *databases.write() = restored;
+        Ok(Arc::new(Follower {
+            data,
+            limits,
+            default_retention,
+            databases,
+            chunk_cache,
+            applied: Mutex::new(state),
+            status: Mutex::new(Status {
+                last_answer: Instant::now(),
+                unusable: None,
+                unreachable: None,
+                applied: 1,
+            }),
+            stop: (Mutex::new(false), Condvar::new()),
+            thread: Mutex::new(None),
+            _lock: lock,
+        }))
+    }
+
+    /// Starts the thread that follows new catalog versions.
+    pub(crate) fn start(self: &Arc<Self>) -> Result<(), StorageError> {
+        let follower = Arc::downgrade(self);
+        let handle = std::thread::Builder::new()
+            .name("quiver-follow".into())
+            .spawn(move || run_follower(follower))
+            .map_err(|e| StorageError::io(std::path::Path::new("quiver-follow"), e))?;
+        *self.thread.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// Stops the following thread.
+    pub(crate) fn close(&self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Looks for a newer catalog version once and applies it.
+    pub(crate) fn check_now(&self) -> Result<(), StorageError> {
+        let outcome = self.follow_once();
+        let mut status = self.status.lock();
+        match &outcome {
+            Ok(applied) => {
+                status.last_answer = Instant::now();
+                (status.unusable, status.unreachable) = (None, None);
+                status.applied += u64::from(*applied);
+            }
+            Err(StorageError::Catalog(reason)) => {
+                status.last_answer = Instant::now();
+                status.unreachable = None;
+                status.unusable = Some(reason.clone());
+            }
+            Err(e) => status.unreachable = Some(e.to_string()),
+        }
+        outcome.map(|_| ())
+    }
+
+    /// Applies the newest catalog version if it is newer than the one applied; says whether
+    /// it did.
+    fn follow_once(&self) -> Result<bool, StorageError> {
+        let current = self.applied.lock().version;
+        match catalog::newest_version(&self.data)? {
+            Some(newest) if newest > current => {}
+            _ => return Ok(false),
+        }
+        let state = catalog::load(&self.data)?;
+        if state.version <= current {
+            return Ok(false);
+        }
+        self.apply(state)?;
+        Ok(true)
+    }
+
+    /// Makes `state` the catalog queries read (see the module documentation).
+    fn apply(&self, state: CatalogState) -> Result<(), StorageError> {
+        let mut applied = self.applied.lock();
+        let mut databases = self.databases.write();
+        let mut next: DatabaseMap = BTreeMap::new();
+        let mut kept_files: HashSet<&str> = HashSet::new();
+        for (name, entry) in &state.databases {
+            let db = databases.get(name).cloned().unwrap_or_else(|| {
+                Arc::new(Database::new(
+                    name.clone(),
+                    self.limits.clone(),
+                    (entry.retention_period, self.default_retention),
+                ))
+            });
+            db.set_retention(entry.retention_period, self.default_retention);
+            let before = applied.databases.get(name);
+            let mut tables = BTreeMap::new();
+            for (table_name, table) in &entry.tables {
+                kept_files.extend(table.files.iter().map(|f| f.path.as_str()));
+                let unchanged = before.and_then(|b| b.tables.get(table_name)) == Some(table);
+                let live = db.table(table_name).filter(|_| unchanged);
+                let live = match live {
+                    Some(live) => live,
+                    None => Arc::new(Table::restore(
+                        (
+                            name.clone(),
+                            table_name.clone(),
+                            db.retention.clone(),
+                            table.id,
+                        ),
+                        table.column_types()?,
+                        next_version(),
+                        table
+                            .files
+                            .iter()
+                            .map(|f| Arc::new(ParquetFile { entry: f.clone() }))
+                            .collect(),
+                    )),
+                };
+                tables.insert(table_name.clone(), live);
+            }
+            *db.tables.write() = tables;
+            next.insert(name.clone(), db);
+        }
+        let gone = applied
+            .databases
+            .values()
+            .flat_map(|db| db.tables.values())
+            .flat_map(|t| t.files.iter().map(|f| f.path.as_str()))
+            .filter(|path| !kept_files.contains(path));
+        self.chunk_cache.forget_files(gone);
+        *databases = next;
+        drop(databases);
+        *applied = state;
+        Ok(())
+    }
+
+    /// Fails if queries must not be answered now: the newest catalog could not be read, or
+    /// the store has not answered for [`STALE_AFTER`].
+    pub(crate) fn check_current(&self) -> Result<(), StorageError> {
+        let status = self.status.lock();
+        if let Some(reason) = &status.unusable {
+            return Err(StorageError::Catalog(format!(
+                "this query node cannot follow the writer's catalog in {}: {reason}",
+                self.data.location()
+            )));
+        }
+        let silent = status.last_answer.elapsed();
+        match &status.unreachable {
+            Some(reason) if silent >= STALE_AFTER => Err(StorageError::Stale {
+                seconds: silent.as_secs(),
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The catalog applied.
+    pub(crate) fn catalog(&self) -> CatalogState {
+        self.applied.lock().clone()
+    }
+
+    /// What the follower knows now.
+    pub(crate) fn stats(&self) -> FollowStats {
+        let status = self.status.lock();
+        FollowStats {
+            catalog_version: self.applied.lock().version,
+            catalogs_applied: status.applied,
+            last_check_ms_ago: status.last_answer.elapsed().as_millis() as u64,
+            error: status
+                .unusable
+                .clone()
+                .or_else(|| status.unreachable.clone()),
+        }
+    }
+}
+
+/// The following thread: checks every [`FOLLOW_INTERVAL`] until stopped. Holds the follower
+/// only while checking, so dropping the store ends it too.
+fn run_follower(follower: Weak<Follower>) {
+    loop {
+        let Some(strong) = follower.upgrade() else {
+            return;
+        };
+        {
+            let mut stopped = strong.stop.0.lock();
+            if !*stopped {
+                strong.stop.1.wait_for(&mut stopped, FOLLOW_INTERVAL);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        if let Err(e) = strong.check_now() {
+            tracing::warn!(error = %e, "could not follow the writer's catalog");
+        }
+    }
+}
