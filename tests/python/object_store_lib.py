@@ -77,6 +77,8 @@ class Proxy:
         self.target_port = target_port
         self.delay_s = 0.0
         self.requests = 0
+        # bytes the store sent back (object bodies, listings) through the proxy
+        self.bytes_from_store = 0
         self._down = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -138,6 +140,7 @@ class Proxy:
                             time.sleep(self.delay_s)
                         upstream.sendall(data)
                     else:
+                        self.bytes_from_store += len(data)
                         client.sendall(data)
         except OSError:
             pass
