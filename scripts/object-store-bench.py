@@ -7,7 +7,8 @@ with a proxy adding a fixed delay to every request between the query nodes and t
    one warm-up, and the store requests per run.
 2. The first query after a new persist: the bytes the node fetched from the store while
    answering it, against the new file's size and the table's.
-3. A dashboard mix (the result cache off) from CLIENTS threads for SECONDS against one query
+3. How soon a persist is visible on a query node (10 persists).
+4. A dashboard mix (the result cache off) from CLIENTS threads for SECONDS against one query
    node, then round-robin against two: queries per second, and the nodes' CPU seconds per
    query (what more cores or machines would divide).
 
@@ -197,7 +198,22 @@ def main() -> None:
             print(f"\nfirst query after a persist: fetched {fetched} bytes from the store; the "
                   f"new file has {persisted['parquet_bytes']} bytes, the table {table_bytes}")
 
+            # how soon a persist is visible on a query node (10 persists, no added delay)
             proxy.delay_s = 0.0
+            lags = []
+            for k in range(10):
+                version = cached.catalog_version()
+                requests.post(f"{writer.url}/api/v3/write_lp", params={"db": DB},
+                              data=f"cpu,host=h000,region=r0 usage={k} {START_NS + 2 * 10**18 + k}",
+                              timeout=60).raise_for_status()
+                requests.post(f"{writer.url}/api/v3/persist", timeout=60).raise_for_status()
+                persisted_at = time.perf_counter()
+                while cached.catalog_version() == version:
+                    time.sleep(0.005)
+                lags.append((time.perf_counter() - persisted_at) * 1e3)
+            print(f"\npersist to visible on a query node: median {statistics.median(lags):.0f} ms, "
+                  f"max {max(lags):.0f} ms (10 persists; the node lists the catalog every 250 ms)")
+
             second = Node(tmp_path / "q3", url, proxy.endpoint, role="query")
             nodes.append(second)
             for sql in MIX:
