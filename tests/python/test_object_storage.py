@@ -101,6 +101,17 @@ def start_node(spawn_quiver: Callable[..., Any], tmp_path: Path, name: str, url:
                         cwd=tmp_path, env=quiver_environment(endpoint), wait=wait)
 
 
+def writer_and_node(spawn_quiver: Callable[..., Any], tmp_path: Path, moto: MotoServer,
+                    bucket_url: str, *node_flags: str) -> tuple[Node, Node]:
+    """A writer holding one persisted point of `cpu`, and a query node beside it."""
+    writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)
+    write_ok(writer.http_url, DB, "cpu,host=a usage=1 1")
+    persist(writer.http_url)
+    node = start_node(spawn_quiver, tmp_path, "query", bucket_url, moto.endpoint,
+                      "--role", "query", *node_flags)
+    return writer, node
+
+
 def answers_http(url: str) -> list[list[dict[str, Any]]]:
     return [query_json(url, DB, sql) for sql in QUERIES]
 
@@ -148,11 +159,7 @@ def test_query_nodes_answer_as_the_writer_over_every_protocol(
 
 def test_a_query_node_refuses_writes_and_changes_naming_its_role(
         spawn_quiver, tmp_path: Path, moto: MotoServer, bucket_url: str) -> None:
-    writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)
-    write_ok(writer.http_url, DB, "cpu,host=a usage=1 1")
-    persist(writer.http_url)
-    node = start_node(spawn_quiver, tmp_path, "query", bucket_url, moto.endpoint,
-                      "--role", "query")
+    writer, node = writer_and_node(spawn_quiver, tmp_path, moto, bucket_url)
     refused = [
         write_lp(node.http_url, DB, "cpu,host=a usage=2 2"),
         requests.post(f"{node.http_url}/api/v2/write", params={"bucket": DB},
@@ -173,11 +180,7 @@ def test_a_query_node_refuses_writes_and_changes_naming_its_role(
 
 def test_persisted_writes_reach_query_nodes_and_restarted_nodes_serve_at_once(
         spawn_quiver, tmp_path: Path, moto: MotoServer, bucket_url: str) -> None:
-    writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)
-    write_ok(writer.http_url, DB, "cpu,host=a usage=1 1")
-    persist(writer.http_url)
-    node = start_node(spawn_quiver, tmp_path, "query", bucket_url, moto.endpoint,
-                      "--role", "query")
+    writer, node = writer_and_node(spawn_quiver, tmp_path, moto, bucket_url)
     count = "SELECT count(*) AS n FROM cpu"
     assert query_json(node.http_url, DB, count) == [{"n": 1}]
     # answered from the result cache on the node, then a persist changes the answer
@@ -374,3 +377,40 @@ def test_a_writer_with_local_data_refuses_an_object_store_that_would_hide_it(
                         wait=False)
     assert server.proc.wait(timeout=30) != 0
     assert "would not be served" in server.log(), server.log()
+
+
+def test_query_nodes_use_the_writers_tokens(
+        spawn_quiver, tmp_path: Path, moto: MotoServer, bucket_url: str) -> None:
+    writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)
+    created = requests.post(f"{writer.http_url}/api/v3/configure/token",
+                            json={"name": "dash", "permissions": [f"db:{DB}:read"]}, timeout=10)
+    assert created.status_code == 201, created.text
+    secret = created.json()["token"]
+    writer.stop()
+    # a node that asks every client for a token starts with the writer's tokens in force
+    writer, node = writer_and_node(spawn_quiver, tmp_path, moto, bucket_url,
+                                   "--auth", "required")
+
+    def status(token: str | None) -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return requests.get(f"{node.http_url}/api/v3/query_sql",
+                            params={"db": DB, "q": "SELECT count(*) FROM cpu"},
+                            headers=headers, timeout=10).status_code
+    assert status(secret) == 200
+    assert status(None) == 401 and status("not-a-token") == 401
+    # tokens are changed on the writer only
+    refused = requests.post(f"{node.http_url}/api/v3/configure/token",
+                            json={"name": "x", "admin": True},
+                            headers={"Authorization": f"Bearer {secret}"}, timeout=10)
+    assert refused.status_code == 403, refused.text
+    revoked = requests.delete(f"{writer.http_url}/api/v3/configure/token",
+                              params={"name": "dash"}, timeout=10)
+    assert revoked.status_code == 200, revoked.text
+    wait_until(lambda: status(secret) == 401, 10, "the revocation to reach the node")
+    admin = requests.post(f"{writer.http_url}/api/v3/configure/token",
+                          json={"name": "root", "admin": True}, timeout=10).json()["token"]
+    wait_until(lambda: status(admin) == 200, 10, "a new token to reach the node")
+    refused = requests.post(f"{node.http_url}/api/v3/configure/token",
+                            json={"name": "x", "admin": True},
+                            headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+    assert refused.status_code == 403 and "role = query" in refused.text, refused.text

@@ -316,6 +316,30 @@ impl TokenStore {
         })
     }
 
+    /// The token file as stored (names, grants and digests of the secrets, never a secret),
+    /// for query nodes to take over with [`TokenStore::replace_all`]; `None` if there is no
+    /// file yet.
+    pub fn export(&self) -> Result<Option<Vec<u8>>, TokenError> {
+        read_file(&self.path)?.map(|file| encode(&file)).transpose()
+    }
+
+    /// Makes the tokens exactly those of `exported` (another server's
+    /// [`TokenStore::export`]) unless they are already; says whether anything changed.
+    /// Bytes that are not a token file change nothing and are an error.
+    pub fn replace_all(&self, exported: &[u8]) -> Result<bool, TokenError> {
+        let incoming = parse(exported, Path::new("the writer's token file"))?;
+        let wanted = encode(&incoming)?;
+        let current = read_file(&self.path)?.map(|file| encode(&file)).transpose()?;
+        if current.as_deref() == Some(wanted.as_slice()) {
+            return Ok(false);
+        }
+        self.change(|file| {
+            *file = incoming;
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
     /// Applies `edit` to the file under the lock, writes it atomically and loads the result.
     fn change(
         &self,
@@ -468,7 +492,12 @@ fn read_file(path: &Path) -> Result<Option<TokenFile>, TokenError> {
             })
         }
     };
-    let file: TokenFile = serde_json::from_slice(&bytes).map_err(|e| TokenError::Damaged {
+    parse(&bytes, path).map(Some)
+}
+
+/// The token file in `bytes`, read from `path` (which errors name).
+fn parse(bytes: &[u8], path: &Path) -> Result<TokenFile, TokenError> {
+    let file: TokenFile = serde_json::from_slice(bytes).map_err(|e| TokenError::Damaged {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -478,17 +507,22 @@ fn read_file(path: &Path) -> Result<Option<TokenFile>, TokenError> {
             reason: format!("version {} is not one this build reads (1)", file.version),
         });
     }
-    Ok(Some(file))
+    Ok(file)
+}
+
+/// The bytes `file` is stored as.
+fn encode(file: &TokenFile) -> Result<Vec<u8>, TokenError> {
+    serde_json::to_vec_pretty(file).map_err(|e| TokenError::Io {
+        context: "cannot encode the token file".into(),
+        source: io::Error::other(e),
+    })
 }
 
 /// Writes `file` to `path` through a synced temporary file and a rename, then syncs the
 /// directory. The file is readable by its owner only.
 fn write_atomically(path: &Path, file: &TokenFile) -> Result<(), TokenError> {
     let temporary = path.with_extension("json.tmp");
-    let bytes = serde_json::to_vec_pretty(file).map_err(|e| TokenError::Io {
-        context: "cannot encode the token file".into(),
-        source: io::Error::other(e),
-    })?;
+    let bytes = encode(file)?;
     let context = format!("cannot write the token file {}", temporary.display());
     let mut options = OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -554,6 +588,35 @@ mod tests {
         assert_eq!(listed.len(), 2);
         assert_eq!(listed[0].name, "dash");
         assert_eq!(listed[0].permissions, ["db:m:read"]);
+    }
+
+    #[test]
+    fn a_query_node_takes_over_the_writers_tokens_exactly() {
+        let (writer_dir, node_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (writer, node) = (
+            TokenStore::open(writer_dir.path()).unwrap(),
+            TokenStore::open(node_dir.path()).unwrap(),
+        );
+        assert_eq!(writer.export().unwrap(), None);
+        let reader = writer
+            .create("dash", false, &permissions(&["db:m:read"]))
+            .unwrap();
+        let local = node.create("local-only", true, &[]).unwrap();
+        let exported = writer.export().unwrap().unwrap();
+        assert!(!String::from_utf8_lossy(&exported).contains(&reader.secret));
+        assert!(node.replace_all(&exported).unwrap());
+        assert_eq!(node.authenticate(&reader.secret).unwrap().name(), "dash");
+        assert!(node.authenticate(&local.secret).is_none(), "only the writer's tokens");
+        assert!(!node.replace_all(&exported).unwrap(), "unchanged: nothing written");
+        // bytes that are not a token file change nothing
+        assert!(matches!(
+            node.replace_all(b"{\"version\": 1, \"tok"),
+            Err(TokenError::Damaged { .. })
+        ));
+        assert_eq!(node.authenticate(&reader.secret).unwrap().name(), "dash");
+        writer.revoke("dash").unwrap();
+        assert!(node.replace_all(&writer.export().unwrap().unwrap()).unwrap());
+        assert!(node.authenticate(&reader.secret).is_none());
     }
 
     #[test]

@@ -122,6 +122,7 @@ pub async fn create_token(
             "an admin token may do everything: give \"admin\": true or permissions, not both",
         ));
     }
+    tokens_are_kept_here(&app)?;
     let tokens = app.auth.tokens().clone();
     let name = request.name.clone();
     let created = off_the_workers("token creation", move || {
@@ -142,6 +143,16 @@ pub async fn create_token(
         .into_response())
 }
 
+/// Fails on a query node: its tokens are the writer's, taken over every second.
+fn tokens_are_kept_here(app: &AppState) -> Result<(), ApiError> {
+    match app.store.role() {
+        quiver_storage::Role::All => Ok(()),
+        quiver_storage::Role::Query => Err(ApiError::classified(&quiver_storage::StorageError::QueryNode {
+            what: "token changes",
+        })),
+    }
+}
+
 /// `GET /api/v3/configure/token`: every token's name, permissions and creation time.
 pub async fn list_tokens(State(app): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({ "tokens": app.auth.tokens().list() }))
@@ -155,6 +166,7 @@ pub async fn revoke_token(
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &["name"])?;
     let name = required(&params, "name")?;
+    tokens_are_kept_here(&app)?;
     let tokens = app.auth.tokens().clone();
     let revoked = name.clone();
     off_the_workers("token revocation", move || Ok(tokens.revoke(&revoked)?)).await?;

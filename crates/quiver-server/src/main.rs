@@ -7,6 +7,7 @@ mod client;
 mod config;
 mod serve;
 mod token;
+mod token_sharing;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -19,6 +19,7 @@ use quiver_http::{self as http, AppState};
 use quiver_pgwire::{PgServer, PostgresCatalog};
 
 use crate::config::{Config, LogFormat};
+use crate::token_sharing;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +133,12 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         "result cache"
     );
     let queries = QueryService::new(engine, cache);
-    let auth = start_auth(&config, store.data_dir().unwrap_or(&config.store.data_dir))?;
+    let data_dir = store.data_dir().unwrap_or(&config.store.data_dir);
+    token_sharing::take_over_before_serving(&store, data_dir)
+        .map_err(|e| ServeError::Config(format!("cannot take over the writer's tokens: {e}")))?;
+    let auth = start_auth(&config, data_dir)?;
+    token_sharing::start(store.clone(), auth.tokens().clone())
+        .map_err(io_error("cannot start sharing the tokens".to_string()))?;
     let tls = start_tls(&config)?;
     let metrics = http::metrics::install().map_err(ServeError::Config)?;
     let state = Arc::new(AppState {

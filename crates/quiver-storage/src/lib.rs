@@ -108,6 +108,9 @@ pub const WAL_DIR: &str = "wal";
 /// deleted: a query node may still be reading one through a catalog it holds.
 pub const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
 
+/// Where a shared store keeps the documents the writer shares with query nodes (the tokens).
+pub const SHARED_DIR: &str = "shared";
+
 /// What a server does with its store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -486,6 +489,29 @@ impl Store {
             Some(_) => Role::Query,
             None => Role::All,
         }
+    }
+
+    /// Whether the catalog and files are in a store query nodes share (`object_store_url`).
+    pub fn shares_data(&self) -> bool {
+        self.data.is_shared()
+    }
+
+    /// Stores `bytes` as the document `name` that query nodes read with
+    /// [`Store::published`] (under [`SHARED_DIR`]); nothing to do without a shared store.
+    pub fn publish(&self, name: &str, bytes: bytes::Bytes) -> Result<(), StorageError> {
+        self.writable("shared documents")?;
+        if !self.data.is_shared() {
+            return Ok(());
+        }
+        self.data.put(&format!("{SHARED_DIR}/{name}"), bytes, false)
+    }
+
+    /// The document `name` the writer published, if any (`None` without a shared store).
+    pub fn published(&self, name: &str) -> Result<Option<bytes::Bytes>, StorageError> {
+        if !self.data.is_shared() {
+            return Ok(None);
+        }
+        self.data.get(&format!("{SHARED_DIR}/{name}"))
     }
 
     /// Fails on a query node, which changes nothing: `what` names the refused change.
@@ -1025,6 +1051,9 @@ impl Store {
 
 #[cfg(test)]
 mod drop_tests;
+
+#[cfg(test)]
+mod follower_tests;
 
 #[cfg(test)]
 mod tests {
