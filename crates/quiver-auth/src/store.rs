@@ -329,7 +329,9 @@ impl TokenStore {
     pub fn replace_all(&self, exported: &[u8]) -> Result<bool, TokenError> {
         let incoming = parse(exported, Path::new("the writer's token file"))?;
         let wanted = encode(&incoming)?;
-        let current = read_file(&self.path)?.map(|file| encode(&file)).transpose()?;
+        let current = read_file(&self.path)?
+            .map(|file| encode(&file))
+            .transpose()?;
         if current.as_deref() == Some(wanted.as_slice()) {
             return Ok(false);
         }
@@ -606,8 +608,14 @@ mod tests {
         assert!(!String::from_utf8_lossy(&exported).contains(&reader.secret));
         assert!(node.replace_all(&exported).unwrap());
         assert_eq!(node.authenticate(&reader.secret).unwrap().name(), "dash");
-        assert!(node.authenticate(&local.secret).is_none(), "only the writer's tokens");
-        assert!(!node.replace_all(&exported).unwrap(), "unchanged: nothing written");
+        assert!(
+            node.authenticate(&local.secret).is_none(),
+            "only the writer's tokens"
+        );
+        assert!(
+            !node.replace_all(&exported).unwrap(),
+            "unchanged: nothing written"
+        );
         // bytes that are not a token file change nothing
         assert!(matches!(
             node.replace_all(b"{\"version\": 1, \"tok"),
@@ -615,7 +623,9 @@ mod tests {
         ));
         assert_eq!(node.authenticate(&reader.secret).unwrap().name(), "dash");
         writer.revoke("dash").unwrap();
-        assert!(node.replace_all(&writer.export().unwrap().unwrap()).unwrap());
+        assert!(node
+            .replace_all(&writer.export().unwrap().unwrap())
+            .unwrap());
         assert!(node.authenticate(&reader.secret).is_none());
     }
 

@@ -39,8 +39,7 @@ impl TokenSharing {
                 }
             }
             Role::Query => {
-                let Some(bytes) = store.published(SHARED_TOKENS).map_err(|e| e.to_string())?
-                else {
+                let Some(bytes) = store.published(SHARED_TOKENS).map_err(|e| e.to_string())? else {
                     return Ok(());
                 };
                 if self.last.as_deref() != Some(&bytes[..]) {

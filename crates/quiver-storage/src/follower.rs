@@ -170,7 +170,10 @@ impl Follower {
                     (entry.retention_period, self.default_retention),
                 ))
             });
-            db.set_retention(entry.retention_period, self.default_retention);
+            if db.retention_setting() != entry.retention_period {
+                // moves every table's version: only when it changed
+                db.set_retention(entry.retention_period, self.default_retention);
+            }
             let before = applied.databases.get(name);
             let mut tables = BTreeMap::new();
             for (table_name, table) in &entry.tables {

@@ -73,7 +73,10 @@ fn a_query_node_follows_persists_and_moves_only_the_versions_of_changed_tables()
     // the node changes nothing
     let err = super::tests::try_write(&node, "m", "cpu,host=c v=1 3").unwrap_err();
     assert!(err.to_string().contains("role = query"), "{err}");
-    assert!(matches!(node.drop_table("m", "cpu"), Err(StorageError::QueryNode { .. })));
+    assert!(matches!(
+        node.drop_table("m", "cpu"),
+        Err(StorageError::QueryNode { .. })
+    ));
     assert!(node.check_current().is_ok());
 }
 

@@ -1301,7 +1301,7 @@ mod tests {
         let mut chunks = Vec::new();
         for file in snapshot.files.iter() {
             let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                std::fs::File::open(store.data_dir().unwrap().join(&file.entry.path)).unwrap(),
+                data_store::read_whole(store.data_store(), &file.entry).unwrap(),
             )
             .unwrap()
             .build()
