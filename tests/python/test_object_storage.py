@@ -262,15 +262,20 @@ def test_the_store_down_for_30_seconds_loses_no_acknowledged_write(
     persist(writer.http_url)
     node = start_node(spawn_quiver, tmp_path, "query", bucket_url, proxy.endpoint,
                       "--role", "query")
+    count = "SELECT count(*) AS n FROM cpu"
     proxy.down = True
     outage_started = time.monotonic()
-    acknowledged = 0
+    acknowledged, stale_after = 0, None
     while time.monotonic() - outage_started < 30:
         acknowledged += 1
         write_ok(writer.http_url, DB, f"cpu,host=a usage={acknowledged} {acknowledged}")
+        if stale_after is None and query(node.http_url, DB, count).status_code == 503:
+            stale_after = time.monotonic() - outage_started
         time.sleep(1)
+    # the node stops answering once the store has been silent for 10 s, though its catalog
+    # check is still waiting on retries (30 s)
+    assert stale_after is not None and 9 < stale_after < 20, stale_after
     # the writer answers its queries from the WAL-backed buffer meanwhile
-    count = "SELECT count(*) AS n FROM cpu"
     assert query_json(writer.http_url, DB, count) == [{"n": acknowledged + 1}]
     failed = requests.post(f"{writer.http_url}/api/v3/persist", timeout=120)
     assert failed.status_code == 503, failed.text

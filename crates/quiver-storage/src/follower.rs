@@ -226,14 +226,18 @@ impl Follower {
                 self.data.location()
             )));
         }
+        // a check in flight may wait on retries for longer than this: silence is enough
         let silent = status.last_answer.elapsed();
-        match &status.unreachable {
-            Some(reason) if silent >= STALE_AFTER => Err(StorageError::Stale {
-                seconds: silent.as_secs(),
-                reason: reason.clone(),
-            }),
-            _ => Ok(()),
+        if silent < STALE_AFTER {
+            return Ok(());
         }
+        Err(StorageError::Stale {
+            seconds: silent.as_secs(),
+            reason: status
+                .unreachable
+                .clone()
+                .unwrap_or_else(|| "the catalog check under way has not been answered".into()),
+        })
     }
 
     /// The catalog applied.
