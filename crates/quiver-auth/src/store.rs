@@ -317,10 +317,12 @@ impl TokenStore {
     }
 
     /// The token file as stored (names, grants and digests of the secrets, never a secret),
-    /// for query nodes to take over with [`TokenStore::replace_all`]; `None` if there is no
-    /// file yet.
-    pub fn export(&self) -> Result<Option<Vec<u8>>, TokenError> {
-        read_file(&self.path)?.map(|file| encode(&file)).transpose()
+    /// for query nodes to take over with [`TokenStore::replace_all`]; no file yet exports
+    /// as no tokens (so that tokens shared earlier stop working too).
+    pub fn export(&self) -> Result<Vec<u8>, TokenError> {
+        let mut file = read_file(&self.path)?.unwrap_or_default();
+        file.version = 1;
+        encode(&file)
     }
 
     /// Makes the tokens exactly those of `exported` (another server's
@@ -599,12 +601,12 @@ mod tests {
             TokenStore::open(writer_dir.path()).unwrap(),
             TokenStore::open(node_dir.path()).unwrap(),
         );
-        assert_eq!(writer.export().unwrap(), None);
+        let nothing = writer.export().unwrap();
         let reader = writer
             .create("dash", false, &permissions(&["db:m:read"]))
             .unwrap();
         let local = node.create("local-only", true, &[]).unwrap();
-        let exported = writer.export().unwrap().unwrap();
+        let exported = writer.export().unwrap();
         assert!(!String::from_utf8_lossy(&exported).contains(&reader.secret));
         assert!(node.replace_all(&exported).unwrap());
         assert_eq!(node.authenticate(&reader.secret).unwrap().name(), "dash");
@@ -623,10 +625,12 @@ mod tests {
         ));
         assert_eq!(node.authenticate(&reader.secret).unwrap().name(), "dash");
         writer.revoke("dash").unwrap();
-        assert!(node
-            .replace_all(&writer.export().unwrap().unwrap())
-            .unwrap());
+        assert!(node.replace_all(&writer.export().unwrap()).unwrap());
         assert!(node.authenticate(&reader.secret).is_none());
+        // a writer without a token file shares no tokens
+        node.create("stray", true, &[]).unwrap();
+        assert!(node.replace_all(&nothing).unwrap());
+        assert!(!node.has_tokens());
     }
 
     #[test]

@@ -255,6 +255,10 @@ impl QueryService {
         how: Run<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
         if statement == InfluxqlStatement::ShowDatabases {
+            self.engine
+                .store()
+                .check_current()
+                .map_err(|e| Arc::new(QueryError::Storage(e)))?;
             return self.show_databases(how.control).map_err(Arc::new);
         }
         let named = quiver_influxql::plan::database_of(&statement)

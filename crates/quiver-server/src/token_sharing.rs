@@ -28,9 +28,7 @@ impl TokenSharing {
     pub fn share(&mut self, store: &Store, tokens: &TokenStore) -> Result<(), String> {
         match store.role() {
             Role::All => {
-                let Some(bytes) = tokens.export().map_err(|e| e.to_string())? else {
-                    return Ok(());
-                };
+                let bytes = tokens.export().map_err(|e| e.to_string())?;
                 if self.last.as_ref() != Some(&bytes) {
                     store
                         .publish(SHARED_TOKENS, bytes.clone().into())

@@ -249,19 +249,24 @@ pub fn store(data: &DataStore, state: &mut CatalogState) -> Result<(), StorageEr
     if !data.is_shared() {
         return data.put(CATALOG_FILE, bytes.into(), false);
     }
-    data.put(&version_object(state.version), bytes.into(), true)
-        .map_err(|e| match e {
-            StorageError::ObjectStore { source, .. }
-                if matches!(*source, object_store::Error::AlreadyExists { .. }) =>
-            {
-                StorageError::Catalog(format!(
+    let name = version_object(state.version);
+    let bytes = Bytes::from(bytes);
+    match data.put(&name, bytes.clone(), true) {
+        Ok(()) => {}
+        Err(StorageError::ObjectStore { source, .. })
+            if matches!(*source, object_store::Error::AlreadyExists { .. }) =>
+        {
+            // a retried request whose first try landed finds its own bytes
+            if data.get(&name)?.as_ref() != Some(&bytes) {
+                return Err(StorageError::Catalog(format!(
                     "catalog version {} exists already in {}: another writer uses this object store (one writer per object_store_url)",
                     state.version,
                     data.location()
-                ))
+                )));
             }
-            other => other,
-        })?;
+        }
+        Err(other) => return Err(other),
+    }
     if let Some(old) = state.version.checked_sub(KEPT_VERSIONS).filter(|&v| v > 0) {
         if let Err(e) = data.delete(&version_object(old)) {
             tracing::warn!(error = %e, "could not delete an old catalog version");
@@ -274,14 +279,29 @@ pub fn store(data: &DataStore, state: &mut CatalogState) -> Result<(), StorageEr
 /// file, and in a shared store the versions older than the [`KEPT_VERSIONS`] newest.
 pub fn sweep(data: &DataStore, current: u64) -> Result<(), StorageError> {
     if !data.is_shared() {
-        return data.delete(&format!("{CATALOG_FILE}{}", crate::durable_fs::TEMP_SUFFIX));
+        // temporary files of storage's documents there (the catalog, the caches' settings)
+        for meta in data.list_top()? {
+            let name = meta.location.as_ref();
+            let ours = [CATALOG_FILE, crate::VALUE_CACHES_FILE]
+                .iter()
+                .any(|file| name.starts_with(&format!("{file}.")));
+            if ours && name.ends_with(crate::durable_fs::TEMP_SUFFIX) {
+                data.delete(meta.location.as_ref())?;
+            }
+        }
+        return Ok(());
     }
     let oldest_kept = current.saturating_sub(KEPT_VERSIONS - 1);
     for meta in data.list(CATALOG_DIR)? {
         let name = meta.location.filename().unwrap_or_default();
-        let version: Option<u64> = name.strip_suffix(".json").and_then(|v| v.parse().ok());
-        if version.is_none_or(|v| v < oldest_kept) {
-            data.delete(meta.location.as_ref())?;
+        let old = match name.strip_suffix(".json").map(str::parse::<u64>) {
+            Some(Ok(version)) => version < oldest_kept,
+            _ => name.ends_with(crate::durable_fs::TEMP_SUFFIX),
+        };
+        if old {
+            if let Err(e) = data.delete(meta.location.as_ref()) {
+                tracing::warn!(error = %e, "could not delete an old catalog version");
+            }
         }
     }
     Ok(())
@@ -392,6 +412,11 @@ mod tests {
         // the oldest versions were deleted, the newest KEPT_VERSIONS kept
         let kept = data.list(CATALOG_DIR).unwrap().len() as u64;
         assert_eq!(kept, KEPT_VERSIONS);
+        // a retried request whose first try landed finds its own bytes: stored
+        let mut again = state.clone();
+        again.version -= 1;
+        store(&data, &mut again).unwrap();
+        assert_eq!(again, state);
         // a version that exists already is another writer's: refused, nothing overwritten
         let mut rival = state.clone();
         rival.version -= 1;

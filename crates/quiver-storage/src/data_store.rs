@@ -252,6 +252,14 @@ impl DataStore {
         }
     }
 
+    /// The objects directly at the top of the store (not under a directory-like prefix).
+    pub(crate) fn list_top(&self) -> Result<Vec<ObjectMeta>, StorageError> {
+        let objects = self.objects.clone();
+        wait(async move { objects.list_with_delimiter(None).await })
+            .map(|listing| listing.objects)
+            .map_err(|e| self.failed("", e))
+    }
+
     /// Every object under `prefix` (a directory-like path such as `tables`), in no order.
     pub(crate) fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
         if let Some(dir) = &self.local_dir {

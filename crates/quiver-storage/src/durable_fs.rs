@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::StorageError;
 
@@ -33,12 +34,19 @@ pub(crate) fn create_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageErr
     sync_dir(dir)
 }
 
-/// Writes `bytes` to `<path>.tmp` and fsyncs it; returns the temporary file's path.
+/// Writes `bytes` to a new temporary file beside `path` (`<path>.<process>-<n>.tmp`, a name
+/// no other writer uses) and fsyncs it; returns the temporary file's path.
 fn write_temp(path: &Path, bytes: &[u8]) -> Result<PathBuf, StorageError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut temp = path.as_os_str().to_owned();
-    temp.push(TEMP_SUFFIX);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    temp.push(format!(".{}-{n}{TEMP_SUFFIX}", std::process::id()));
     let temp = PathBuf::from(temp);
-    let written = std::fs::File::create(&temp).and_then(|mut file| {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp);
+    let written = created.and_then(|mut file| {
         file.write_all(bytes)?;
         file.sync_all()
     });

@@ -158,6 +158,11 @@ impl Follower {
 
     /// Makes `state` the catalog queries read (see the module documentation).
     fn apply(&self, state: CatalogState) -> Result<(), StorageError> {
+        // everything that can fail, before anything changes: a catalog is applied whole or
+        // not at all
+        for table in state.databases.values().flat_map(|db| db.tables.values()) {
+            table.column_types()?;
+        }
         let mut applied = self.applied.lock();
         let mut databases = self.databases.write();
         let mut next: DatabaseMap = BTreeMap::new();

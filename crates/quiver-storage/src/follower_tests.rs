@@ -102,6 +102,27 @@ fn a_garbage_catalog_version_stops_answers_until_it_is_gone() {
 }
 
 #[test]
+fn a_writer_of_a_shared_store_does_not_start_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let writer = open(options(dir.path(), "writer", &shared, Role::All));
+    write(&writer, "m", "cpu,host=a v=1 1");
+    writer.persist_now().unwrap();
+    writer.close();
+    drop(writer);
+    let local = StoreOptions::for_tests(&dir.path().join("writer"));
+    let err = Store::open(StoreLimits::default(), local).err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("was the writer of object_store_url"),
+        "{err}"
+    );
+    // with it, every row is there (the WAL's and the store's)
+    let writer = open(options(dir.path(), "writer", &shared, Role::All));
+    assert_eq!(all_rows(&writer, "m", "cpu").num_rows(), 1);
+}
+
+#[test]
 fn a_query_node_needs_the_writers_object_store() {
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions {

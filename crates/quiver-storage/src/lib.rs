@@ -108,6 +108,10 @@ pub const WAL_DIR: &str = "wal";
 /// deleted: a query node may still be reading one through a catalog it holds.
 pub const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
 
+/// The file in a writer's data directory naming the `object_store_url` it writes: a later
+/// start without it would serve none of that data, and is refused.
+pub const OBJECT_STORE_MARKER: &str = "OBJECT_STORE_URL";
+
 /// Where a shared store keeps the documents the writer shares with query nodes (the tokens).
 pub const SHARED_DIR: &str = "shared";
 
@@ -328,11 +332,18 @@ impl Store {
         let present: HashSet<String> = listed.iter().map(|m| m.location.to_string()).collect();
         let (databases, known) =
             database::restore_databases(&state, &limits, default_retention, Some(&present))?;
-        let min_age = match data.is_shared() {
-            true => SHARED_DELETE_DELAY,
-            false => Duration::ZERO,
+        let unnamed = persist::unnamed_files(&listed, &known);
+        let orphans_removed = match data.is_shared() {
+            // a query node may still read one a catalog it holds names: they go after the
+            // delay, counted from now (see below)
+            true => 0,
+            false => {
+                for file in &unnamed {
+                    data.delete(&file.entry.path)?;
+                }
+                unnamed.len()
+            }
         };
-        let orphans_removed = persist::remove_orphans(&data, &listed, &known, min_age)?;
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
         let rollups = Arc::new(RollupRegistry::open(Some(&options.data_dir), &state)?);
@@ -364,6 +375,9 @@ impl Store {
             rollups,
             value_caches,
         });
+        if store.data.is_shared() {
+            persister.retire(unnamed);
+        }
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
             options.wal,
@@ -396,7 +410,19 @@ impl Store {
 
     /// Where `options` keep the catalog and the files: `object_store_url`, or `data_dir`.
     fn data_store_of(options: &StoreOptions) -> Result<DataStore, StorageError> {
+        let marker = options.data_dir.join(OBJECT_STORE_MARKER);
         if options.object_store_url.is_empty() {
+            if options.role == Role::All && marker.exists() {
+                // its data is in the object store: a local start would serve none of it
+                let url = std::fs::read_to_string(&marker).unwrap_or_default();
+                return Err(StorageError::Catalog(format!(
+                    "{} was the writer of object_store_url = {:?}: set it again (or delete {} \
+                     to start an empty local store)",
+                    options.data_dir.display(),
+                    url.trim(),
+                    marker.display()
+                )));
+            }
             if options.role == Role::Query {
                 return Err(StorageError::Catalog(
                     "role = query serves the writer's data: set object_store_url to the writer's"
@@ -406,6 +432,11 @@ impl Store {
             return DataStore::directory(&options.data_dir);
         }
         if options.role == Role::All {
+            durable_fs::replace_durably(
+                &options.data_dir,
+                OBJECT_STORE_MARKER,
+                options.object_store_url.as_bytes(),
+            )?;
             // data kept in the directory would silently vanish from queries
             let local = catalog::load(&DataStore::directory(&options.data_dir)?)?;
             if !local.databases.is_empty() {

@@ -259,7 +259,8 @@ pub(crate) fn write_file(
     );
     let encoded = encode_parquet(rows, writer_properties(rows, options)?)?;
     let bytes = encoded.len() as u64;
-    data.put(&relative, encoded, false)?;
+    // ids are never reused: in a shared store, an object of that name is another writer's
+    data.put(&relative, encoded, data.is_shared())?;
     let (min_time_ns, max_time_ns) =
         time_range(std::slice::from_ref(rows)).expect("a written file has rows");
     let written = Arc::new(ParquetFile {
@@ -382,28 +383,36 @@ fn distinct_upper_bound(column: &arrow::array::ArrayRef) -> usize {
     }
 }
 
-/// Deletes what under the data store's `tables/` the catalog does not name: Parquet files of
-/// a persist or merge that died before its catalog update, and temporary files. `present`
-/// is what the store holds (one listing, see [`crate::database::restore_databases`]). In a
-/// shared store, files written less than `min_age` ago are left: a query node may still
-/// read one a catalog it holds named. Returns how many were deleted.
-pub(crate) fn remove_orphans(
-    data: &DataStore,
+/// What under the data store's `tables/` the catalog does not name: Parquet files of a
+/// persist or merge that died before its catalog update, files replaced just before a
+/// restart, and temporary files. `present` is what the store holds (one listing, see
+/// [`crate::database::restore_databases`]).
+pub(crate) fn unnamed_files(
     present: &[object_store::ObjectMeta],
     known: &HashSet<String>,
-    min_age: std::time::Duration,
-) -> Result<usize, StorageError> {
-    let newest = chrono::Utc::now() - min_age;
-    let mut removed = 0;
-    for meta in present {
-        let path = meta.location.as_ref();
-        let leftover = path.ends_with(".parquet") || path.ends_with(TEMP_SUFFIX);
-        if leftover && !known.contains(path) && meta.last_modified <= newest {
-            data.delete(path)?;
-            removed += 1;
-        }
-    }
-    Ok(removed)
+) -> Vec<Arc<ParquetFile>> {
+    present
+        .iter()
+        .filter(|meta| {
+            let path = meta.location.as_ref();
+            (path.ends_with(".parquet") || path.ends_with(TEMP_SUFFIX)) && !known.contains(path)
+        })
+        .map(|meta| {
+            Arc::new(ParquetFile {
+                entry: FileEntry {
+                    id: 0,
+                    path: meta.location.to_string(),
+                    partition_start_ns: 0,
+                    min_time_ns: 0,
+                    max_time_ns: 0,
+                    rows: 0,
+                    bytes: meta.size,
+                    generation: 0,
+                    arrow_bytes: 0,
+                },
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -351,7 +351,12 @@ impl Persister {
         drop(sorted);
         let result = result.and_then(|()| self.swap_in(merge, &written));
         if !matches!(result, Ok(Some(_))) {
-            persist::delete_unnamed(&self.data, &written);
+            match self.data.is_shared() {
+                // a catalog naming them may have landed (a store timed out) and reached query
+                // nodes: they go after the delay, as replaced files do
+                true => self.compactor.retire(written.clone()),
+                false => persist::delete_unnamed(&self.data, &written),
+            }
         }
         match result? {
             None => Ok(None),
@@ -426,11 +431,30 @@ impl Persister {
         }
         let entries: Vec<FileEntry> = merged.iter().map(|f| f.entry.clone()).collect();
         entry.files = compaction::splice_merged(&entry.files, |f| f.id, &replaced, &entries).0;
-        catalog::store(&self.data, &mut state)?;
+        self.store_catalog(&mut state)?;
         *self.catalog.lock() = state;
         let replaced = table.replace_files(&replaced, merged);
         self.buffer.notify_rows_moved(std::iter::once(&table));
         Ok(Some(replaced))
+    }
+
+    /// Hands files no catalog names to be deleted once nothing reads them (in a shared store,
+    /// [`crate::SHARED_DELETE_DELAY`] from now).
+    pub(crate) fn retire(&self, files: Vec<Arc<ParquetFile>>) {
+        self.compactor.retire(files);
+    }
+
+    /// Stores `state` as the next catalog version. On failure its version and the file ids it
+    /// names stay taken (the live catalog is raised past them): a store whose outcome is
+    /// unknown (a timeout) may have landed, and no later catalog or file may reuse them.
+    fn store_catalog(&self, state: &mut CatalogState) -> Result<(), StorageError> {
+        let stored = catalog::store(&self.data, state);
+        if stored.is_err() {
+            let mut live = self.catalog.lock();
+            live.version = live.version.max(state.version);
+            live.next_file_id = live.next_file_id.max(state.next_file_id);
+        }
+        stored
     }
 
     /// Waits while the buffer holds `max_buffer_bytes` or more; fails at once if the last
@@ -488,6 +512,10 @@ impl Persister {
                 Ok(summary)
             }
             Err(e) => {
+                // the file ids it used stay taken, written or not
+                let mut live = self.catalog.lock();
+                live.next_file_id = live.next_file_id.max(state.next_file_id);
+                drop(live);
                 self.buffer.pending_drops.lock().splice(0..0, drops);
                 let freed: usize = frozen
                     .iter()
@@ -546,7 +574,7 @@ impl Persister {
         }
         let mut state = self.catalog.lock().clone();
         change(&mut state);
-        catalog::store(&self.data, &mut state)?;
+        self.store_catalog(&mut state)?;
         *self.catalog.lock() = state;
         stored();
         Ok(())
@@ -589,7 +617,7 @@ impl Persister {
                 entry.files.retain(|f| !ids.contains(&f.id));
             }
         }
-        catalog::store(&self.data, &mut state)?;
+        self.store_catalog(&mut state)?;
         *self.catalog.lock() = state;
         drop(running);
         let mut count = 0;
@@ -778,7 +806,7 @@ impl Persister {
             entry.files.extend(files.iter().map(|f| f.entry.clone()));
         }
         state.persisted_through_seq = state.persisted_through_seq.max(through_seq);
-        catalog::store(&self.data, state)?;
+        self.store_catalog(state)?;
         Ok(written)
     }
 
