@@ -382,6 +382,9 @@ def test_a_writer_with_local_data_refuses_an_object_store_that_would_hide_it(
                         wait=False)
     assert server.proc.wait(timeout=30) != 0
     assert "would not be served" in server.log(), server.log()
+    # the refused start changed nothing: the local server starts again with its data
+    local = spawn_quiver("--data-dir", str(tmp_path / "writer"), cwd=tmp_path)
+    assert query_json(local.http_url, DB, "SELECT count(*) AS n FROM cpu") == [{"n": 1}]
 
 
 def test_query_nodes_use_the_writers_tokens(

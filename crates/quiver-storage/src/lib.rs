@@ -432,11 +432,6 @@ impl Store {
             return DataStore::directory(&options.data_dir);
         }
         if options.role == Role::All {
-            durable_fs::replace_durably(
-                &options.data_dir,
-                OBJECT_STORE_MARKER,
-                options.object_store_url.as_bytes(),
-            )?;
             // data kept in the directory would silently vanish from queries
             let local = catalog::load(&DataStore::directory(&options.data_dir)?)?;
             if !local.databases.is_empty() {
@@ -449,7 +444,16 @@ impl Store {
                 )));
             }
         }
-        DataStore::shared(&options.object_store_url)
+        let data = DataStore::shared(&options.object_store_url)?;
+        if options.role == Role::All {
+            // once the URL is known good: a refused start leaves the directory as it was
+            durable_fs::replace_durably(
+                &options.data_dir,
+                OBJECT_STORE_MARKER,
+                options.object_store_url.as_bytes(),
+            )?;
+        }
+        Ok(data)
     }
 
     /// A query node's store over `data` (see [`Store::open`]).
