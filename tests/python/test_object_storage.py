@@ -203,6 +203,11 @@ def test_persisted_writes_reach_query_nodes_and_restarted_nodes_serve_at_once(
     assert dropped.status_code == 200, dropped.text
     wait_until(lambda: query(node.http_url, DB, "SELECT * FROM disk").status_code == 404, 10,
                "the node to see the drop")
+    # its storage stats say how it follows the writer
+    following = requests.get(f"{node.http_url}/api/v3/storage", timeout=10).json()
+    assert following["data"] == bucket_url and following["persistence"] is None
+    assert following["following"]["catalogs_applied"] >= 6, following
+    assert following["following"]["error"] is None
     # restarted, the node serves the newest catalog from its first answer on
     node.stop()
     node = start_node(spawn_quiver, tmp_path, "query", bucket_url, moto.endpoint,

@@ -58,7 +58,8 @@ pub async fn compact(
     Ok(Json(answer))
 }
 
-/// WAL, persistence, compaction and chunk cache counters since start.
+/// Where the data is, WAL, persistence (writer) or catalog following (query node),
+/// compaction and chunk cache counters since start.
 pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
     let wal = state.store.wal_stats().map(|w| {
         json!({
@@ -84,9 +85,20 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
         .store
         .compaction_stats()
         .map(|c| serde_json::to_value(c).expect("counters serialize"));
+    // a query node: how it follows the writer's catalog
+    let following = state.store.follow_stats().map(|f| {
+        json!({
+            "catalog_version": f.catalog_version,
+            "catalogs_applied": f.catalogs_applied,
+            "last_check_ms_ago": f.last_check_ms_ago,
+            "error": f.error,
+        })
+    });
     Json(json!({
+        "data": state.store.data_location(),
         "wal": wal,
         "persistence": persist,
+        "following": following,
         "compaction": compaction,
         "chunk_cache": chunk_cache,
     }))
