@@ -31,15 +31,8 @@ case "$COMPARISON" in
 esac
 TARGET=${CARGO_TARGET_DIR:-./target}
 PYTHON=${PYTHON:-python3}
-ADDR=127.0.0.1:18900
-work=$(mktemp -d)
-pid=
-cleanup() {
-    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null
-    wait 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# quiver_start / quiver_stop, $work and its removal at exit
+source "$(dirname "$0")/quiver-server.sh"
 
 # each server built alone (building it beside quiver-bench could unify other features into
 # it), the benchmark tools last
@@ -49,30 +42,22 @@ cargo build --release -p quiver-server
 cp "$TARGET/release/quiver" "$work/quiver-$A"
 cargo build --release -p quiver-bench
 
-# start BINARY DATA_DIR [VAR=VALUE...]: a server on $ADDR, once it answers
+# start BINARY DATA_DIR [VAR=VALUE...]: that build on that data, on $QUIVER, once it answers
 start() {
-    local bin=$1 dir=$2
+    quiver_binary=$1 quiver_data=$2
     shift 2
-    env "$@" QUIVER_LOG_FILTER=warn "$bin" serve --data-dir "$dir" --http-addr $ADDR \
-        --flight-addr 127.0.0.1:18901 --pg-addr 127.0.0.1:18902 >>"$work/log" 2>&1 &
-    pid=$!
-    for _ in $(seq 300); do curl -sf "http://$ADDR/health" >/dev/null && return 0; sleep 0.1; done
-    echo "no answer from $bin" >&2
-    tail -30 "$work/log" >&2
-    exit 1
+    quiver_start 18900 "$@"
 }
 stop() {
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    pid=
+    quiver_stop
 }
 
 # the TSBS rows, written once and persisted; both builds read the same files
 start "$work/quiver-$A" "$work/tsbs" QUIVER_PERSIST_BUFFER_BYTES=$((8 << 30)) \
     QUIVER_MAX_BUFFER_BYTES=$((16 << 30))
-"$TARGET/release/quiver-tsbs" --quiver-url "http://$ADDR" --rows "$ROWS" --load quiver \
+"$TARGET/release/quiver-tsbs" --quiver-url "http://$QUIVER" --rows "$ROWS" --load quiver \
     --print-statements >"$work/statements.sql"
-curl -sf -X POST "http://$ADDR/api/v3/persist" >/dev/null
+curl -sf -X POST "http://$QUIVER/api/v3/persist" >/dev/null
 stop
 
 # status_kb PID FIELD: a line of /proc/PID/status in kB (VmRSS, VmHWM)
@@ -82,14 +67,14 @@ status_kb() { awk -v field="$2:" '$1 == field { print $2 }' "/proc/$1/status"; }
 # before `array_agg` of 30 M values, its peak, and resident memory 10 s after it ended
 largest_query_memory() {
     local before peak
-    before=$(status_kb "$pid" VmRSS)
-    curl -sf "http://$ADDR/api/v3/query_sql" -G --data-urlencode db=govbench \
+    before=$(status_kb "$quiver_pid" VmRSS)
+    curl -sf "http://$QUIVER/api/v3/query_sql" -G --data-urlencode db=govbench \
         --data-urlencode "q=SELECT array_length(array_agg(v), 1) FROM generate_series(1, 30000000) t(v)" \
         >/dev/null
-    peak=$(status_kb "$pid" VmHWM)
+    peak=$(status_kb "$quiver_pid" VmHWM)
     sleep 10
     echo "memory: before $((before / 1024)) MiB, peak $((peak / 1024)) MiB," \
-        "10 s after $(($(status_kb "$pid" VmRSS) / 1024)) MiB"
+        "10 s after $(($(status_kb "$quiver_pid" VmRSS) / 1024)) MiB"
 }
 
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $(nproc) cores, $ROWS TSBS rows," \
@@ -102,19 +87,19 @@ for round in $(seq "$ROUNDS"); do
         echo "## round $round: $build"
         rm -rf "$work/probe"
         start "$work/quiver-$build" "$work/probe"
-        "$TARGET/release/quiver-govbench" --url "http://$ADDR" latency --runs 300 | tee "$out"
+        "$TARGET/release/quiver-govbench" --url "http://$QUIVER" latency --runs 300 | tee "$out"
         largest_query_memory | tee -a "$out"
         stop
         start "$work/quiver-$build" "$work/tsbs" QUIVER_CACHE_ENABLED=false
         for _ in 1 2; do
-            "$PYTHON" scripts/query-latency.py "http://$ADDR" tsbs <"$work/statements.sql" >/dev/null
+            "$PYTHON" scripts/query-latency.py "http://$QUIVER" tsbs <"$work/statements.sql" >/dev/null
         done
-        "$PYTHON" scripts/query-latency.py "http://$ADDR" tsbs <"$work/statements.sql" |
+        "$PYTHON" scripts/query-latency.py "http://$QUIVER" tsbs <"$work/statements.sql" |
             tee -a "$out" | cut -c1-100
         stop
         rm -rf "$work/ingest"
         start "$work/quiver-$build" "$work/ingest"
-        "$TARGET/release/quiver-loadgen" --url "http://$ADDR" --db ingest --connections 4 \
+        "$TARGET/release/quiver-loadgen" --url "http://$QUIVER" --db ingest --connections 4 \
             --batch-lines 5000 --batches 512 --hosts 1000 --seconds 10 |
             grep -o '[0-9]* rows/s' | head -1 | sed 's/^/ingest: /' | tee -a "$out"
         stop

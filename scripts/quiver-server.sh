@@ -8,7 +8,9 @@
 #   quiver_stop
 #
 # BIN is the release directory ($CARGO_TARGET_DIR/release, else ./target/release); the
-# server's log is $work/quiver.log (its tail is printed if it does not start).
+# server is $quiver_binary (default $BIN/quiver) on the data directory $quiver_data (default
+# $work/quiver), so a script comparing builds sets them per start; the server's log is
+# $work/quiver.log (its tail is printed if it does not start).
 BIN=${CARGO_TARGET_DIR:-./target}/release
 work=$(mktemp -d)
 quiver_pid=
@@ -24,7 +26,8 @@ quiver_start() {
     shift
     QUIVER=127.0.0.1:$port
     env QUIVER_LOG_FILTER=warn "$@" \
-        "$BIN/quiver" serve --data-dir "$work/quiver" --http-addr "$QUIVER" \
+        "${quiver_binary:-$BIN/quiver}" serve --data-dir "${quiver_data:-$work/quiver}" \
+        --http-addr "$QUIVER" \
         --flight-addr "127.0.0.1:$((port - 1))" --pg-addr "127.0.0.1:$((port - 2))" \
         2>>"$work/quiver.log" &
     quiver_pid=$!
