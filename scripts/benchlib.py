@@ -64,6 +64,18 @@ def timed(db: str, sql: str, runs: int) -> float:
     return statistics.median(samples) * 1e3
 
 
+def alternately(binaries: list[str], rounds: int, measure) -> dict[str, list]:
+    """`measure(binary)` for each binary in each of `rounds` rounds, the order reversed every
+    other round (so neither build always runs first on a warming machine); the results per
+    binary, in round order."""
+    results: dict[str, list] = {b: [] for b in binaries}
+    for round_no in range(rounds):
+        for binary in binaries if round_no % 2 == 0 else binaries[::-1]:
+            results[binary].append(measure(binary))
+            print(f"round {round_no + 1} {binary}: {results[binary][-1]}", flush=True)
+    return results
+
+
 def start(data_dir: str, binary: str | Path | None = None, **settings: str) -> subprocess.Popen:
     """A release server (or `binary`) on `data_dir` (result cache off, persisting only when
     asked), with `settings` as QUIVER_* variables."""

@@ -73,13 +73,8 @@ def main() -> None:
     parser.add_argument("--merges", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    results: dict[str, list[tuple[float, float]]] = {b: [] for b in args.binaries}
-    for round_ in range(args.rounds):
-        order = args.binaries if round_ % 2 == 0 else list(reversed(args.binaries))
-        for binary in order:
-            results[binary].append(measure(binary, args))
-            print(f"round {round_ + 1} {binary}: last points {results[binary][-1][0]:.1f} ms, "
-                  f"merge of {args.files} files {results[binary][-1][1]:.0f} ms", flush=True)
+    results = benchlib.alternately(args.binaries, args.rounds,
+                                   lambda binary: measure(binary, args))
     old, new = (results[b] for b in args.binaries)
     for label, index in (("last points (ms)", 0), ("merge (ms)", 1)):
         o = statistics.median(r[index] for r in old)

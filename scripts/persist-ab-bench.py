@@ -44,11 +44,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    times: dict[str, list[float]] = {b: [] for b in args.binaries}
-    for round_no in range(args.rounds):
-        order = args.binaries if round_no % 2 == 0 else args.binaries[::-1]
-        for binary in order:
-            times[binary].append(one_persist(binary, args.rows, args.partitions))
+    times = benchlib.alternately(args.binaries, args.rounds,
+                                 lambda binary: one_persist(binary, args.rows, args.partitions))
     old, new = (statistics.median(times[b]) for b in args.binaries)
     print(f"persist of {args.rows} rows in {args.partitions} partitions, median of "
           f"{args.rounds}: OLD {old:.0f} ms, NEW {new:.0f} ms, NEW / OLD {new / old:.2f}")
