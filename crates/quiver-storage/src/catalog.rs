@@ -209,15 +209,27 @@ fn load_newest(data: &DataStore) -> Result<Option<(String, Bytes)>, StorageError
         let Some(version) = newest_version(data)? else {
             return Ok(None);
         };
-        let name = version_object(version);
-        if let Some(bytes) = data.get(&name)? {
-            return Ok(Some((name, bytes)));
+        if let Some(found) = load_version(data, version)? {
+            return Ok(Some((version_object(version), found)));
         }
     }
     Err(StorageError::Catalog(format!(
         "the catalog versions in {}/{CATALOG_DIR} kept disappearing while they were read",
         data.location()
     )))
+}
+
+/// The bytes of catalog version `version` of a shared store, or `None` if it is gone.
+fn load_version(data: &DataStore, version: u64) -> Result<Option<Bytes>, StorageError> {
+    data.get(&version_object(version))
+}
+
+/// Catalog version `version` of a shared store (one request, no listing), or `None` if it was
+/// deleted meanwhile (newer versions exist then).
+pub fn load_listed(data: &DataStore, version: u64) -> Result<Option<CatalogState>, StorageError> {
+    load_version(data, version)?
+        .map(|bytes| decode(&version_object(version), &bytes))
+        .transpose()
 }
 
 /// The newest catalog version in a shared store (one listing), or `None` if it has none.

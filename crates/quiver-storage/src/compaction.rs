@@ -395,10 +395,7 @@ impl Compactor {
     /// replaced [`crate::SHARED_DELETE_DELAY`] ago or longer (a query node may read one through
     /// a catalog it still holds). Returns how many went.
     pub(crate) fn delete_unread(&self, data: &DataStore, chunk_cache: &ChunkCache) -> usize {
-        let delay = match data.is_shared() {
-            true => crate::SHARED_DELETE_DELAY,
-            false => Duration::ZERO,
-        };
+        let delay = data.delete_delay();
         let unread: Vec<Arc<ParquetFile>> = {
             let mut retired = self.retired.lock();
             let (unread, held): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)

@@ -161,6 +161,16 @@ impl DataStore {
         self.shared
     }
 
+    /// How long a file no catalog names any more stays before it is deleted: in a shared
+    /// store [`crate::SHARED_DELETE_DELAY`] (a query node may still read it through a catalog
+    /// it holds), else nothing (this server's own readers hold what they read).
+    pub(crate) fn delete_delay(&self) -> std::time::Duration {
+        match self.shared {
+            true => crate::SHARED_DELETE_DELAY,
+            false => std::time::Duration::ZERO,
+        }
+    }
+
     /// Where it is: a directory, a `file://` or `s3://` URL, or `memory`.
     pub fn location(&self) -> &str {
         &self.location

@@ -106,7 +106,11 @@ impl Follower {
         let handle = std::thread::Builder::new()
             .name("quiver-follow".into())
             .spawn(move || run_follower(follower))
-            .map_err(|e| StorageError::io(std::path::Path::new("quiver-follow"), e))?;
+            .map_err(|e| {
+                StorageError::Catalog(format!(
+                    "cannot start the thread that follows the writer's catalog: {e}"
+                ))
+            })?;
         *self.thread.lock() = Some(handle);
         Ok(())
     }
@@ -144,14 +148,14 @@ impl Follower {
     /// it did.
     fn follow_once(&self) -> Result<bool, StorageError> {
         let current = self.applied.lock().version;
-        match catalog::newest_version(&self.data)? {
-            Some(newest) if newest > current => {}
+        let newest = match catalog::newest_version(&self.data)? {
+            Some(newest) if newest > current => newest,
             _ => return Ok(false),
-        }
-        let state = catalog::load(&self.data)?;
-        if state.version <= current {
+        };
+        // the version listed, read at once; one deleted meanwhile has newer ones, next time
+        let Some(state) = catalog::load_listed(&self.data, newest)? else {
             return Ok(false);
-        }
+        };
         self.apply(state)?;
         Ok(true)
     }

@@ -62,22 +62,19 @@ use quiver_wal::Wal;
 use serde::{Deserialize, Serialize};
 
 pub use buffer::TableChangeListener;
-pub use catalog::{
-    CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_DIR, CATALOG_FILE,
-    KEPT_VERSIONS,
-};
+pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
 pub use chunk_cache::{ChunkCache, ChunkCacheStats};
 pub use compaction::{
     CompactionOptions, CompactionScope, CompactionStats, CompactionSummary, TableFiles,
 };
-pub use data_store::{DataStore, REQUEST_TIMEOUT, RETRY_TIMEOUT};
+use data_store::DataStore;
 pub use database::{Database, WriteReceipt};
 pub use decoded::{cached_columns, decode_columns};
 pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };
 pub use error::StorageError;
-pub use follower::{FollowStats, FOLLOW_INTERVAL, STALE_AFTER};
+pub use follower::FollowStats;
 pub use latest::latest_rows;
 pub use limits::{
     validate_database_name, validate_table_name, StoreLimits, RESERVED_DATABASE_NAMES,
@@ -106,14 +103,14 @@ pub const WAL_DIR: &str = "wal";
 
 /// How long files that no catalog names any more stay in a shared store before they are
 /// deleted: a query node may still be reading one through a catalog it holds.
-pub const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
+pub(crate) const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
 
 /// The file in a writer's data directory naming the `object_store_url` it writes: a later
 /// start without it would serve none of that data, and is refused.
-pub const OBJECT_STORE_MARKER: &str = "OBJECT_STORE_URL";
+pub(crate) const OBJECT_STORE_MARKER: &str = "OBJECT_STORE_URL";
 
 /// Where a shared store keeps the documents the writer shares with query nodes (the tokens).
-pub const SHARED_DIR: &str = "shared";
+pub(crate) const SHARED_DIR: &str = "shared";
 
 /// What a server does with its store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -333,17 +330,6 @@ impl Store {
         let (databases, known) =
             database::restore_databases(&state, &limits, default_retention, Some(&present))?;
         let unnamed = persist::unnamed_files(&listed, &known);
-        let orphans_removed = match data.is_shared() {
-            // a query node may still read one a catalog it holds names: they go after the
-            // delay, counted from now (see below)
-            true => 0,
-            false => {
-                for file in &unnamed {
-                    data.delete(&file.entry.path)?;
-                }
-                unnamed.len()
-            }
-        };
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
         let rollups = Arc::new(RollupRegistry::open(Some(&options.data_dir), &state)?);
@@ -375,9 +361,10 @@ impl Store {
             rollups,
             value_caches,
         });
-        if store.data.is_shared() {
-            persister.retire(unnamed);
-        }
+        // deleted now, or in a shared store after the delete delay counted from now (a query
+        // node may still read one through a catalog it holds)
+        persister.retire(unnamed);
+        let orphans_removed = persister.delete_unread();
         let mut replayed_records = 0;
         let (log, replay) = Wal::open(
             options.wal,
@@ -504,8 +491,9 @@ impl Store {
     }
 
     /// Fails while a query node cannot know its answers are current (the writer's newest
-    /// catalog is unreadable, or the object store has not answered for [`STALE_AFTER`]);
-    /// queries check it before they read. Always fine on the writer.
+    /// catalog is unreadable, or the object store has not answered for 10 s,
+    /// [`follower::STALE_AFTER`]); queries check it before they read. Always fine on the
+    /// writer.
     pub fn check_current(&self) -> Result<(), StorageError> {
         match &self.follower {
             Some(follower) => follower.check_current(),

@@ -189,7 +189,7 @@ pub(crate) fn all_or_none<T: AsRef<[Arc<ParquetFile>]>>(
 }
 
 /// Deletes files no catalog names; one left behind is an orphan the next start sweeps.
-pub(crate) fn delete_unnamed(data: &DataStore, files: &[Arc<ParquetFile>]) {
+fn delete_unnamed(data: &DataStore, files: &[Arc<ParquetFile>]) {
     for file in files {
         if let Err(e) = data.delete(&file.entry.path) {
             tracing::warn!(error = %e, "could not delete a file no catalog names");

@@ -351,12 +351,9 @@ impl Persister {
         drop(sorted);
         let result = result.and_then(|()| self.swap_in(merge, &written));
         if !matches!(result, Ok(Some(_))) {
-            match self.data.is_shared() {
-                // a catalog naming them may have landed (a store timed out) and reached query
-                // nodes: they go after the delay, as replaced files do
-                true => self.compactor.retire(written.clone()),
-                false => persist::delete_unnamed(&self.data, &written),
-            }
+            // a catalog naming them may have landed (a store timed out) and reached query
+            // nodes: they go as replaced files do, after the store's delete delay
+            self.compactor.retire(written.clone());
         }
         match result? {
             None => Ok(None),
@@ -438,10 +435,15 @@ impl Persister {
         Ok(Some(replaced))
     }
 
-    /// Hands files no catalog names to be deleted once nothing reads them (in a shared store,
-    /// [`crate::SHARED_DELETE_DELAY`] from now).
+    /// Hands files no catalog names to be deleted once nothing reads them and the store's
+    /// delete delay has passed ([`DataStore::delete_delay`]).
     pub(crate) fn retire(&self, files: Vec<Arc<ParquetFile>>) {
         self.compactor.retire(files);
+    }
+
+    /// Deletes the retired files that may go now; returns how many went.
+    pub(crate) fn delete_unread(&self) -> usize {
+        self.compactor.delete_unread(&self.data, &self.chunk_cache)
     }
 
     /// Stores `state` as the next catalog version. On failure its version and the file ids it
