@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 
-use super::tests::{all_rows, write};
+use super::store_tests::{all_rows, write};
 use super::*;
 
 fn open(dir: &Path) -> Arc<Store> {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::tests::{all_rows, write};
+use super::store_tests::{all_rows, write};
 use super::*;
 
 fn options(dir: &Path, name: &str, shared: &Path, role: Role) -> StoreOptions {
@@ -71,7 +71,7 @@ fn a_query_node_follows_persists_and_moves_only_the_versions_of_changed_tables()
     assert!(node.database("m").unwrap().table("mem").is_none());
 
     // the node changes nothing
-    let err = super::tests::try_write(&node, "m", "cpu,host=c v=1 3").unwrap_err();
+    let err = super::store_tests::try_write(&node, "m", "cpu,host=c v=1 3").unwrap_err();
     assert!(err.to_string().contains("role = query"), "{err}");
     assert!(matches!(
         node.drop_table("m", "cpu"),

@@ -265,7 +265,7 @@ fn remove_dir(dir: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use crate::tests::{open, write};
+    use crate::store_tests::{open, write};
     use crate::RollupDefinition;
 
     const MINUTE: i64 = 60_000_000_000;
@@ -321,7 +321,7 @@ mod tests {
         let (store, _) = open(dir.path());
         assert_eq!(covered(&store, 0, 40 * MINUTE), vec![(0, 20 * MINUTE)]);
         // a rollup name is no table to write to
-        let refused = crate::tests::try_write(&store, "m", "r v=1 1").unwrap_err();
+        let refused = crate::store_tests::try_write(&store, "m", "r v=1 1").unwrap_err();
         assert!(refused.to_string().contains("read-only"), "{refused}");
         store.drop_table("m", "cpu").unwrap();
         assert!(store.rollups().get("m", "r").is_none());
