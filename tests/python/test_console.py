@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -96,7 +96,9 @@ def screenshot(driver: WebDriver, tmp_path: Path, name: str) -> None:
 
 def wait_for(driver: WebDriver, condition: Callable[[WebDriver], object], what: str) -> object:
     try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(condition)
+        # an element the page redraws between finding and reading it is looked for again
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.1,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(condition)
     except TimeoutException:
         pytest.fail(f"the console did not show {what} within {WAIT_S} s; page says: "
                     f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}")
