@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 from pathlib import Path
 
 import boto3
@@ -23,6 +24,33 @@ CREDENTIALS = {
     "AWS_REGION": "us-east-1",
     "AWS_ALLOW_HTTP": "true",
 }
+
+
+# The fleet the object-storage and distributed tests write: 12 hosts in 3 regions, readings
+# every 10 minutes for three days (three partitions) from 2024-03-01T00:00:00Z.
+HOSTS = [f"h{i:02d}" for i in range(12)]
+START_NS = 1_709_251_200 * 10**9
+STEP_NS = 600 * 10**9
+POINTS = 432
+
+
+def cpu_lines(points: range, value: Callable[[str, int], float]) -> str:
+    return "\n".join(
+        f"cpu,host={host},region=r{int(host[1:]) % 3} usage={value(host, i)} "
+        f"{START_NS + i * STEP_NS}"
+        for i in points for host in HOSTS)
+
+
+def mem_lines(points: range) -> str:
+    return "\n".join(
+        f"mem,host={host},region=r{int(host[1:]) % 3} free={i * 7 + int(host[1:])}i "
+        f"{START_NS + i * STEP_NS}"
+        for i in points for host in HOSTS)
+
+
+def usage(host: str, i: int) -> float:
+    """The cpu reading of `host` at step `i`."""
+    return (i * 13 + int(host[1:])) % 97 / 1.5
 
 
 class MotoServer:

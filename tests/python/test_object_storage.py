@@ -19,17 +19,13 @@ import psycopg
 import pytest
 import requests
 
-from object_store_lib import MotoServer, Proxy, quiver_environment
+from object_store_lib import (HOSTS, POINTS, START_NS, MotoServer, Proxy, cpu_lines,
+                             mem_lines, quiver_environment, usage)
 from quiver_testlib import (persist, query, query_json, unique_name, wait_until, write_lp,
                             write_ok)
 
 DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
 DB = "fleet"
-HOSTS = [f"h{i:02d}" for i in range(12)]
-# 2024-03-01T00:00:00Z, and readings every 10 minutes for three days (three partitions)
-START_NS = 1_709_251_200 * 10**9
-STEP_NS = 600 * 10**9
-POINTS = 432
 
 QUERIES = [
     "SELECT count(*) AS n, sum(usage) AS total FROM cpu",
@@ -39,25 +35,6 @@ QUERIES = [
     "SELECT host, time, usage FROM cpu WHERE host = 'h03' ORDER BY time DESC LIMIT 5",
     "SELECT region, count(*) AS n FROM mem GROUP BY region ORDER BY region",
 ]
-
-
-def cpu_lines(points: range, value: Callable[[str, int], float]) -> str:
-    return "\n".join(
-        f"cpu,host={host},region=r{int(host[1:]) % 3} usage={value(host, i)} "
-        f"{START_NS + i * STEP_NS}"
-        for i in points for host in HOSTS)
-
-
-def mem_lines(points: range) -> str:
-    return "\n".join(
-        f"mem,host={host},region=r{int(host[1:]) % 3} free={i * 7 + int(host[1:])}i "
-        f"{START_NS + i * STEP_NS}"
-        for i in points for host in HOSTS)
-
-
-def usage(host: str, i: int) -> float:
-    """The cpu reading of `host` at step `i`."""
-    return (i * 13 + int(host[1:])) % 97 / 1.5
 
 
 def load_dataset(url: str) -> None:

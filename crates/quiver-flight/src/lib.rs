@@ -487,14 +487,27 @@ fn control_for(caller: &Caller, metadata: &MetadataMap) -> Result<QueryControl, 
             !on
         }
     };
+    let distributed =
+        match metadata.get(DISTRIBUTED_HEADER) {
+            None => None,
+            Some(value) => Some(value.to_str().unwrap_or_default().parse().map_err(
+                |e: String| Status::invalid_argument(format!("{DISTRIBUTED_HEADER}: {e}")),
+            )?),
+        };
     Ok(QueryControl {
         protocol: Protocol::Flight,
         timeout,
         timeout_setting: "the gRPC deadline",
         grants: caller.read_grants(),
         skip_rollups,
+        distributed,
     })
 }
+
+/// The request header that says where one call's query runs (`off`, `auto`, `on`; the
+/// server's `distributed` setting without it): ADBC sets it for a whole connection with
+/// `adbc.flight.sql.rpc.call_header.x-quiver-distributed`.
+pub const DISTRIBUTED_HEADER: &str = "x-quiver-distributed";
 
 /// The request header that turns routing to rollups off for one call (`false`).
 pub const USE_ROLLUPS_HEADER: &str = "x-quiver-use-rollups";

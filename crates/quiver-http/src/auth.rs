@@ -147,7 +147,7 @@ pub async fn create_token(
 fn tokens_are_kept_here(app: &AppState) -> Result<(), ApiError> {
     match app.store.role() {
         quiver_storage::Role::All => Ok(()),
-        quiver_storage::Role::Query => Err(ApiError::classified(
+        _ => Err(ApiError::classified(
             &quiver_storage::StorageError::QueryNode {
                 what: "token changes",
             },

@@ -128,6 +128,7 @@ pub async fn query_v1(
         timeout_setting: "query_timeout_secs",
         grants: caller.read_grants(),
         skip_rollups: false,
+        distributed: None,
     };
     let mut verdicts = Vec::new();
     let mut results = Vec::new();

@@ -136,10 +136,7 @@ async fn health(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> impl IntoResponse {
     let store = &state.store;
-    let role = match store.role() {
-        quiver_storage::Role::All => "all",
-        quiver_storage::Role::Query => "query",
-    };
+    let role = store.role().name();
     let mut body = serde_json::json!({
         "status": "pass",
         "version": env!("CARGO_PKG_VERSION"),

@@ -53,6 +53,8 @@ pub struct QueryBody {
     timeout_secs: Option<Value>,
     /// `false`: answer from raw rows only, never from a rollup (or the result cache).
     use_rollups: Option<Value>,
+    /// `off`, `auto` or `on`: where the query runs (the server's `distributed` otherwise).
+    distributed: Option<String>,
 }
 
 /// `GET /api/v3/query_sql?db=&q=&format=&params=`
@@ -90,6 +92,7 @@ fn body_from_params(params: &HashMap<String, String>) -> Result<QueryBody, ApiEr
             .transpose()?,
         timeout_secs: params.get("timeout_secs").map(|t| Value::String(t.clone())),
         use_rollups: params.get("use_rollups").map(|t| Value::String(t.clone())),
+        distributed: params.get("distributed").cloned(),
     })
 }
 
@@ -118,6 +121,7 @@ async fn read_query_body(
         params: request.params.or(from_query.params),
         timeout_secs: request.timeout_secs.or(from_query.timeout_secs),
         use_rollups: request.use_rollups.or(from_query.use_rollups),
+        distributed: request.distributed.or(from_query.distributed),
     })
 }
 
@@ -189,6 +193,12 @@ async fn run(
             timeout_setting: "timeout_secs",
             grants: caller.read_grants(),
             skip_rollups: !use_rollups(request.use_rollups)?,
+            distributed: request
+                .distributed
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(ApiError::bad_request)?,
         },
     };
     let answer = match language {

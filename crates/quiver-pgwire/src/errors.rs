@@ -133,6 +133,8 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
             sqlstate::CANNOT_CONNECT_NOW
         }
         QueryError::Storage(_) | QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,
+        QueryError::Distributed(e) if e.unavailable => sqlstate::CANNOT_CONNECT_NOW,
+        QueryError::Distributed(_) => sqlstate::FEATURE_NOT_SUPPORTED,
     };
     e.kind().log_failure("postgres", &e.to_string());
     error(code, e.to_string())

@@ -387,6 +387,7 @@ impl PgHandler {
             timeout_setting: "statement_timeout",
             grants: session.caller.read_grants(),
             skip_rollups: !session.settings.use_rollups(),
+            distributed: session.settings.distributed(),
         };
         let how = Run {
             scope: session.caller.scope(),

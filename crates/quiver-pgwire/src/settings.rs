@@ -15,6 +15,8 @@ use pgwire::api::auth::{DefaultServerParameterProvider, ServerParameterProvider}
 use pgwire::api::{ClientInfo, METADATA_APPLICATION_NAME, METADATA_DATABASE, METADATA_USER};
 use pgwire::error::PgWireResult;
 
+use quiver_query::distributed::Distributed;
+
 use super::errors::{error, sqlstate};
 
 /// The PostgreSQL version Quiver speaks as (what `server_version` reports; libpq, psql and
@@ -139,6 +141,9 @@ impl SessionSettings {
         if key == USE_ROLLUPS {
             parse_switch(USE_ROLLUPS, &value)?;
         }
+        if key == DISTRIBUTED {
+            parse_distributed(&value)?;
+        }
         self.0.lock().insert(key, value);
         Ok(())
     }
@@ -147,6 +152,12 @@ impl SessionSettings {
     pub(super) fn use_rollups(&self) -> bool {
         let value = self.0.lock().get(USE_ROLLUPS).cloned();
         value.is_none_or(|v| parse_switch(USE_ROLLUPS, &v).unwrap_or(true))
+    }
+
+    /// Where the session's queries run, if it set it (`SET quiver.distributed = auto`).
+    pub(super) fn distributed(&self) -> Option<Distributed> {
+        let value = self.0.lock().get(DISTRIBUTED).cloned()?;
+        parse_distributed(&value).ok()
     }
 
     /// The session's `statement_timeout`, if it set one (0 is none).
@@ -220,6 +231,23 @@ impl SessionSettings {
 
 /// The session setting that turns routing to rollups on or off.
 const USE_ROLLUPS: &str = "quiver.use_rollups";
+
+/// The session setting that says where queries run (`off`, `auto`, `on`).
+const DISTRIBUTED: &str = "quiver.distributed";
+
+/// A `quiver.distributed` value (quotes allowed, as `SET` passes them on).
+fn parse_distributed(value: &str) -> PgWireResult<Distributed> {
+    value
+        .trim()
+        .trim_matches('\'')
+        .parse()
+        .map_err(|e: String| {
+            error(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("parameter \"{DISTRIBUTED}\": {e}"),
+            )
+        })
+}
 
 /// A boolean setting as PostgreSQL reads one ([`quiver_model::settings::parse_switch`]).
 fn parse_switch(name: &str, value: &str) -> PgWireResult<bool> {

@@ -66,6 +66,23 @@ impl DeduplicateExec {
     }
 }
 
+impl DeduplicateExec {
+    /// Series key then time, as column indices of the input.
+    pub fn key_columns(&self) -> &[usize] {
+        &self.key_columns
+    }
+
+    /// Field columns (the latest non-null value wins).
+    pub fn field_columns(&self) -> &[usize] {
+        &self.field_columns
+    }
+
+    /// The order the input must have: keys, then source order.
+    pub fn input_order(&self) -> &LexOrdering {
+        &self.input_order
+    }
+}
+
 impl DisplayAs for DeduplicateExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let schema = self.input.schema();

@@ -26,6 +26,7 @@ use quiver_storage::Store;
 
 use crate::analyze::{self, AnalyzedStatement, Cacheability, QueryAnalysis, ScannedTable};
 use crate::dictionary_group::DictionaryGroupRule;
+use crate::distributed::{distribute, run_job, Distributed, Distribution};
 use crate::error::QueryError;
 use crate::filter_order::FilterOrderRule;
 use crate::first_rows::FirstRowsRule;
@@ -337,6 +338,30 @@ impl QueryEngine {
         if let Some(parts) = &options.parts {
             state.config_mut().set_extension(Arc::new(parts.clone()));
         }
+        let mode = options
+            .control
+            .distributed
+            .unwrap_or(self.options.distributed);
+        let mut distribution = match mode {
+            Distributed::Off => None,
+            mode => Some(
+                self.distribution(&state, analysis, params.clone(), mode)
+                    .await?,
+            ),
+        };
+        if let Some(job) = distribution.as_mut().and_then(|d| d.job.take()) {
+            let placement = Placement::of(&job.plan);
+            let execute = move |_runtime: Arc<RuntimeEnv>| {
+                let stream = run_job(job.scheduler, job.encoded, job.settings, job.plan.schema());
+                Ok(guard_stream(holding(job.plan, stream)))
+            };
+            return Ok(self.governor.run(
+                admitted,
+                &self.runtime,
+                (job.schema, placement),
+                execute,
+            ));
+        }
         let slot = PlanCache::slot(
             &self.store,
             analysis,
@@ -345,10 +370,13 @@ impl QueryEngine {
             (rollups, options.parts.is_some()),
         );
         let kept = slot.as_ref().and_then(|slot| self.plans.physical(slot));
-        let (schema, physical) = match kept {
+        let (schema, mut physical) = match kept {
             Some(kept) => kept,
             None => self.plan(&mut state, analysis, params, slot).await?,
         };
+        if let Some(distribution) = &distribution {
+            physical = add_to_explain(physical, PlanType::FinalPhysicalPlan, &distribution.explain);
+        }
         let placement = Placement::of(&physical);
         let execute = move |runtime: Arc<RuntimeEnv>| {
             let task = TaskContext::from(&state).with_runtime(runtime);
@@ -358,6 +386,25 @@ impl QueryEngine {
         Ok(self
             .governor
             .run(admitted, &self.runtime, (schema, placement), execute))
+    }
+
+    /// Where `analysis` runs in `mode` (see [`distribute`]), planned for Ballista if it runs
+    /// there.
+    async fn distribution(
+        &self,
+        state: &SessionState,
+        analysis: &QueryAnalysis,
+        params: Option<ParamValues>,
+        mode: Distributed,
+    ) -> Result<Distribution, QueryError> {
+        let planned = guard_future("planning the query for Ballista", async {
+            let logical = logical_plan(&self.store, state, analysis, params).await?;
+            let schema = Arc::new(logical.schema().as_arrow().clone());
+            Ok::<_, DataFusionError>((logical, schema))
+        });
+        let (logical, schema) = planned.await?;
+        let shared = self.store.shared_location();
+        distribute(state, &logical, schema, mode, (&self.options, shared)).await
     }
 
     /// The physical plan of `analysis` (its placeholders bound to `params`) and its answer's
@@ -513,7 +560,7 @@ impl QueryEngine {
 }
 
 /// The logical plan of an analysed read-only statement, with `params` bound.
-async fn logical_plan(
+pub(crate) async fn logical_plan(
     store: &Store,
     state: &SessionState,
     analysis: &QueryAnalysis,
@@ -614,7 +661,7 @@ pub(crate) fn state_builder(
 /// statement's (`schema`), except that a gap-filling statement's columns are nullable where
 /// the optimized plan has them so (`count` is null in a gap). Describing the statement gives
 /// the same, so that Flight SQL's announced schema is the one streamed.
-fn gap_filled_schema(
+pub(crate) fn gap_filled_schema(
     schema: SchemaRef,
     plan: &LogicalPlan,
     optimized: &LogicalPlan,
@@ -653,25 +700,33 @@ fn nullable_where_either(statement: SchemaRef, optimized: &Schema) -> SchemaRef 
 
 /// `plan` with the router's decisions added to an `EXPLAIN`'s final logical plan.
 fn explain_routing(plan: Arc<dyn ExecutionPlan>, notes: &[String]) -> Arc<dyn ExecutionPlan> {
-    let Some(explain) = plan.downcast_ref::<ExplainExec>() else {
-        return plan;
-    };
     if notes.is_empty() {
         return plan;
     }
+    let mut text = String::from("Rollup routing:");
+    for note in notes {
+        text.push_str("\n  ");
+        text.push_str(note);
+    }
+    add_to_explain(plan, PlanType::FinalLogicalPlan, &text)
+}
+
+/// `plan`, if an `EXPLAIN`, with `text` added on a line of its own to its last plan of type
+/// `plan_type`; any other plan as it is.
+pub(crate) fn add_to_explain(
+    plan: Arc<dyn ExecutionPlan>,
+    plan_type: PlanType,
+    text: &str,
+) -> Arc<dyn ExecutionPlan> {
+    let Some(explain) = plan.downcast_ref::<ExplainExec>() else {
+        return plan;
+    };
     let mut plans = explain.stringified_plans().to_vec();
-    if let Some(last) = plans
-        .iter_mut()
-        .rev()
-        .find(|p| matches!(p.plan_type, PlanType::FinalLogicalPlan))
-    {
-        let mut text = last.plan.as_ref().clone();
-        text.push_str("\nRollup routing:");
-        for note in notes {
-            text.push_str("\n  ");
-            text.push_str(note);
-        }
-        last.plan = Arc::new(text);
+    if let Some(last) = plans.iter_mut().rev().find(|p| p.plan_type == plan_type) {
+        let mut described = last.plan.as_ref().clone();
+        described.push('\n');
+        described.push_str(text);
+        last.plan = Arc::new(described);
     }
     Arc::new(ExplainExec::new(explain.schema(), plans, explain.verbose()))
 }

@@ -61,6 +61,9 @@ pub enum QueryError {
     /// date), classified as storage classifies it.
     #[error("{0}")]
     Storage(StorageError),
+    /// A query that had to run on Ballista (`distributed = on`) cannot.
+    #[error("{0}")]
+    Distributed(crate::distributed::DistributedError),
     /// A failure that is not the caller's fault.
     #[error("internal error: {0}")]
     Internal(DataFusionError),
@@ -86,6 +89,8 @@ impl Classify for QueryError {
             QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => ErrorKind::LimitExceeded,
             QueryError::Denied(denied) => denied.kind,
             QueryError::Storage(e) => e.kind(),
+            QueryError::Distributed(e) if e.unavailable => ErrorKind::Unavailable,
+            QueryError::Distributed(_) => ErrorKind::Invalid,
             QueryError::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -198,6 +203,7 @@ fn fault_of(error: &(dyn std::error::Error + 'static)) -> Option<Fault> {
         return e.kind().is_server_fault().then_some(Fault::Server);
     }
     let server = error.is::<std::io::Error>()
+        || error.is::<crate::distributed::JobError>()
         || error.is::<datafusion::object_store::Error>()
         || error.is::<datafusion::parquet::errors::ParquetError>();
     server.then_some(Fault::Server)

@@ -10,6 +10,7 @@ mod chunk_reader;
 mod column_compare;
 mod dedup_exec;
 mod dictionary_group;
+pub mod distributed;
 mod engine;
 mod error;
 mod filter_order;

@@ -9,6 +9,7 @@ use datafusion::prelude::SessionContext;
 use quiver_model::VisibleDatabases;
 use serde::{Deserialize, Serialize};
 
+use crate::distributed::Distributed;
 use crate::governance::value_limits::OutputLimits;
 use crate::governance::Limits;
 #[cfg(doc)]
@@ -55,6 +56,18 @@ pub struct QueryOptions {
     /// `… UNION ALL …`) and each nested expression or subquery is a level. Deeper statements
     /// are refused as they are parsed: walking a tree takes stack for every level.
     pub max_sql_depth: usize,
+    /// Where queries run: `off` (here, the default), `auto` (on DataFusion Ballista when the
+    /// estimated scan is at least `distributed_min_scan_bytes`) or `on` (always on Ballista).
+    /// Needs `object_store_url` (executors read the files from there) and a scheduler at
+    /// `scheduler_addr`. Per query: HTTP `distributed=`, the PostgreSQL setting
+    /// `quiver.distributed`, the Flight SQL header `x-quiver-distributed`.
+    pub distributed: Distributed,
+    /// The estimated scan (bytes of Parquet files after pruning, plus buffered rows) from
+    /// which `distributed = auto` runs a query on Ballista.
+    pub distributed_min_scan_bytes: u64,
+    /// Where DataFusion Ballista's scheduler listens (`role = scheduler`), and where executors
+    /// and the servers that send it queries find it: HOST:PORT.
+    pub scheduler_addr: String,
     /// Extensions applied to every database's session when it is created, in order.
     #[serde(skip)]
     pub session_setup: Vec<Arc<dyn SessionSetup>>,
@@ -74,6 +87,9 @@ impl Default for QueryOptions {
             max_queued_queries: 128,
             max_sql_bytes: 1 << 20,
             max_sql_depth: 1000,
+            distributed: Distributed::Off,
+            distributed_min_scan_bytes: 1 << 30,
+            scheduler_addr: "127.0.0.1:50050".into(),
             session_setup: Vec::new(),
         }
     }

@@ -302,6 +302,11 @@ impl QuiverTable {
                 let tags = self.tag_columns();
                 filters.iter().all(|f| applied_exactly(f, &tags))
             }),
+            shipped: state
+                .config_options()
+                .extensions
+                .get::<crate::rollup::RoutingSettings>()
+                .is_some_and(|routing| routing.ship_scans),
         };
         let bounds = scan.bounds;
         let mut sources: Vec<(Source, (i64, i64))> = snapshot
@@ -375,6 +380,9 @@ struct Scan<'a> {
     bounds: TimeBounds,
     /// Only this end of each series is handed on, where series starts are known.
     series_end: Option<SeriesEnd>,
+    /// Planned for Ballista's executors: files are read from Parquet only, never from this
+    /// server's decoded columns ([`crate::distributed`]).
+    shipped: bool,
 }
 
 impl Scan<'_> {
@@ -397,7 +405,7 @@ impl Scan<'_> {
         let mut encoded = Vec::new();
         let mut without_starts = Vec::new();
         for file in files {
-            let Some(batch) = decoded_batch(file, self.projected, self.chunk_cache)? else {
+            let Some(batch) = self.decoded(file, self.projected)? else {
                 encoded.push(file.clone());
                 continue;
             };
@@ -433,7 +441,7 @@ impl Scan<'_> {
     /// (the next scan asks again), the cache is off, or a file would take more than a quarter
     /// of it.
     fn decode_later(&self, files: &[Arc<ParquetFile>], columns: &Fields) {
-        if files.is_empty() {
+        if files.is_empty() || self.shipped {
             return;
         }
         // the next plan will read them decoded: this one is not kept
@@ -473,6 +481,15 @@ impl Scan<'_> {
                 }
             }
         }));
+    }
+
+    /// `columns` of `file` as the chunk cache holds them decoded, if it does and the plan
+    /// runs here.
+    fn decoded(&self, file: &ParquetFile, columns: &SchemaRef) -> Result<Option<RecordBatch>> {
+        match self.shipped {
+            true => Ok(None),
+            false => decoded_batch(file, columns, self.chunk_cache),
+        }
     }
 
     /// Files read by one Parquet scan, with the projection and every filter pushed in.
@@ -609,7 +626,7 @@ impl Scan<'_> {
         series_filters: &[Expr],
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let columns = Arc::new(full.project(wanted)?);
-        if let Some(batch) = decoded_batch(file, &columns, self.chunk_cache)? {
+        if let Some(batch) = self.decoded(file, &columns)? {
             let order = sort_order(&columns, false)?;
             let source = MemorySourceConfig::try_new(&[vec![batch]], columns, None)?
                 .try_with_sort_information(vec![order])?;
@@ -860,7 +877,16 @@ pub(crate) fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result
         })
         .collect::<Result<Vec<_>>>()?;
     // (no columns at all for `count(*)`: the row count says how many rows)
-    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    batch_of(schema, columns, batch.num_rows())
+}
+
+/// `columns` (of `rows` rows, which may be none) as a batch of `schema`.
+pub(crate) fn batch_of(
+    schema: &SchemaRef,
+    columns: Vec<arrow::array::ArrayRef>,
+    rows: usize,
+) -> Result<RecordBatch> {
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
     Ok(RecordBatch::try_new_with_options(
         schema.clone(),
         columns,

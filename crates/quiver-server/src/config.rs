@@ -31,6 +31,10 @@ pub struct Config {
     pub flight_addr: String,
     /// PostgreSQL wire protocol listen address.
     pub pg_addr: String,
+    /// A DataFusion Ballista executor's (`role = executor`) own address, HOST:PORT: it serves
+    /// its tasks' outputs (Arrow Flight) there and on the next port (gRPC), and tells the
+    /// scheduler this host.
+    pub executor_addr: String,
     /// PEM certificate chain (the server's certificate first) for TLS on all three protocols;
     /// empty: no TLS. Set with `tls_key_file`.
     pub tls_cert_file: PathBuf,
@@ -77,6 +81,7 @@ impl Default for Config {
             http_addr: "127.0.0.1:8086".into(),
             flight_addr: "127.0.0.1:8815".into(),
             pg_addr: "127.0.0.1:5433".into(),
+            executor_addr: "127.0.0.1:50051".into(),
             tls_cert_file: PathBuf::new(),
             tls_key_file: PathBuf::new(),
             log_filter: "info".into(),
@@ -113,10 +118,23 @@ pub struct FlagOverrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub object_store_url: Option<String>,
-    /// all (the writer, which also queries) or query (a query node over object_store_url).
+    /// all (the writer, which also queries), query (a query node over object_store_url),
+    /// scheduler or executor (DataFusion Ballista's, for distributed queries).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Where the Ballista scheduler listens (and is found), HOST:PORT.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler_addr: Option<String>,
+    /// A Ballista executor's own address, HOST:PORT (it also takes the next port).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_addr: Option<String>,
+    /// Where queries run: off, auto or on (Ballista).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<String>,
     /// HTTP listen address, HOST:PORT.
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -527,6 +545,7 @@ mod tests {
             "http_addr",
             "flight_addr",
             "pg_addr",
+            "executor_addr",
             "tls_cert_file",
             "tls_key_file",
             "log_filter",
@@ -546,6 +565,9 @@ mod tests {
             "max_queued_queries",
             "max_sql_bytes",
             "max_sql_depth",
+            "distributed",
+            "distributed_min_scan_bytes",
+            "scheduler_addr",
             "object_store_url",
             "role",
             "wal_fsync",

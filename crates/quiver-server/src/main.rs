@@ -4,6 +4,7 @@
 
 mod allocator;
 mod client;
+mod cluster;
 mod config;
 mod serve;
 mod token;

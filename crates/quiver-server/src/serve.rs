@@ -87,6 +87,11 @@ fn init_logging(config: &Config) -> Result<(), ServeError> {
 }
 
 async fn serve(config: Config) -> Result<(), ServeError> {
+    match config.store.role {
+        quiver_storage::Role::Scheduler => return crate::cluster::run_scheduler(&config).await,
+        quiver_storage::Role::Executor => return crate::cluster::run_executor(&config).await,
+        quiver_storage::Role::All | quiver_storage::Role::Query => {}
+    }
     let started = std::time::Instant::now();
     let (store, opened) = Store::open(config.limits.clone(), config.store.clone())?;
     tracing::info!(
@@ -354,7 +359,7 @@ fn accepted_connections(
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!("cannot listen for Ctrl-C: {e}");

@@ -122,6 +122,24 @@ pub enum Role {
     /// Queries only, over the writer's `object_store_url`: no WAL; follows the writer's
     /// catalog.
     Query,
+    /// DataFusion Ballista's scheduler of distributed queries (no store: the server opens
+    /// none).
+    Scheduler,
+    /// A DataFusion Ballista executor: runs distributed queries' tasks over the writer's
+    /// `object_store_url` (no store: it reads the files the tasks name).
+    Executor,
+}
+
+impl Role {
+    /// The role's name, as the `role` setting spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Query => "query",
+            Role::Scheduler => "scheduler",
+            Role::Executor => "executor",
+        }
+    }
 }
 
 /// Where a durable store keeps its data and when it persists. The serde names are the
@@ -139,8 +157,9 @@ pub struct StoreOptions {
     /// region and credentials from `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`) that query nodes read too. Empty: `data_dir`.
     pub object_store_url: String,
-    /// `all` (the default: the one writer, which also queries) or `query` (a query node over
-    /// the writer's `object_store_url`).
+    /// `all` (the default: the one writer, which also queries), `query` (a query node over
+    /// the writer's `object_store_url`), `scheduler` or `executor` (DataFusion Ballista's,
+    /// for distributed queries: they open no store).
     pub role: Role,
     /// The write-ahead log (in `<data_dir>/wal` unless `wal.dir` names another directory).
     #[serde(flatten)]
@@ -312,6 +331,12 @@ impl Store {
         options.data_dir = std::fs::canonicalize(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
         let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
+        if matches!(options.role, Role::Scheduler | Role::Executor) {
+            return Err(StorageError::Catalog(format!(
+                "role = {} opens no store (only all and query do)",
+                options.role.name()
+            )));
+        }
         let data = Self::data_store_of(&options)?;
         if options.role == Role::Query {
             return Self::open_query_node(limits, options, data, lock);
@@ -517,6 +542,12 @@ impl Store {
     /// Whether the catalog and files are in a store query nodes share (`object_store_url`).
     pub fn shares_data(&self) -> bool {
         self.data.is_shared()
+    }
+
+    /// The `object_store_url` of a shared store (what executors of distributed queries read
+    /// its files from, see [`shared_files`]); `None` when the data is in `data_dir`.
+    pub fn shared_location(&self) -> Option<&str> {
+        self.data.is_shared().then(|| self.data.location())
     }
 
     /// Stores `bytes` as the document `name` that query nodes read with
@@ -1080,3 +1111,14 @@ mod follower_tests;
 
 #[cfg(test)]
 mod store_tests;
+
+/// The files of the shared store `object_store_url` names, for readers that open no store
+/// (the executors of distributed queries read the Parquet files their tasks name, by the same
+/// catalog-relative paths as [`Store::data_store`]).
+pub fn shared_files(
+    object_store_url: &str,
+) -> Result<Arc<dyn object_store::ObjectStore>, StorageError> {
+    Ok(data_store::DataStore::shared(object_store_url)?
+        .objects()
+        .clone())
+}

@@ -89,6 +89,26 @@ impl Grid {
         })
     }
 
+    /// The first bucket, how many there are, and their width (what [`Grid::from_parts`]
+    /// takes).
+    pub(crate) fn parts(&self) -> (i64, u64, i64) {
+        (self.first, self.count, self.stride)
+    }
+
+    /// The grid [`Grid::parts`] described; fails unless the width is positive.
+    pub(crate) fn from_parts((first, count, stride): (i64, u64, i64)) -> Result<Grid> {
+        if stride <= 0 {
+            return Err(DataFusionError::Internal(format!(
+                "a gap-fill grid of buckets {stride} ns wide"
+            )));
+        }
+        Ok(Grid {
+            first,
+            count,
+            stride,
+        })
+    }
+
     /// Whether `time` is one of the buckets.
     fn holds(&self, time: Option<i64>) -> bool {
         time.is_some_and(|t| {
@@ -181,6 +201,26 @@ impl GapFillExec {
             order,
             properties,
         })
+    }
+
+    /// The bucket column.
+    pub(crate) fn time_column(&self) -> usize {
+        self.time_column
+    }
+
+    /// The GROUP BY columns other than the bucket.
+    pub(crate) fn series_columns(&self) -> &[usize] {
+        &self.series_columns
+    }
+
+    /// The buckets every series is filled with.
+    pub(crate) fn grid(&self) -> Grid {
+        self.grid
+    }
+
+    /// The output's columns after the input's: the input column each fills, and how.
+    pub(crate) fn fills(&self) -> &[(usize, FillMethod)] {
+        &self.fills
     }
 
     fn role(&self, column: usize) -> Role {

@@ -52,8 +52,10 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionContext;
 
+pub(crate) use exec::{GapFillExec, Grid};
+pub(crate) use node::FillMethod;
 pub(crate) use node::QuiverQueryPlanner;
-use node::{Bound, FillMethod, GapFill};
+use node::{Bound, GapFill};
 
 use crate::rollup::definition::TimeBucket;
 use crate::time_filter::{compared_with_time, is_time_column};

@@ -28,7 +28,10 @@ use crate::time_filter::timestamp_ns;
 
 /// How a gap (or a null the aggregate gave) of one aggregate column is filled; columns
 /// without one stay null there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum FillMethod {
     /// The series' last non-null value before it.
     Locf,

@@ -92,6 +92,9 @@ pub struct QueryControl {
     /// session setting `quiver.use_rollups`): for comparing, never answered from the result
     /// cache either.
     pub skip_rollups: bool,
+    /// Where this query runs (HTTP `distributed=`, the session setting `quiver.distributed`);
+    /// `None`: the server's `distributed` setting.
+    pub distributed: Option<crate::distributed::Distributed>,
 }
 
 impl QueryControl {

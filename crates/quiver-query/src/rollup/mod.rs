@@ -44,6 +44,10 @@ extensions_options! {
         /// Answer aggregates over time ranges from reused time parts where that is exact
         /// (set by the engine for queries the result cache lets reuse parts).
         pub reuse_parts: bool, default = false
+        /// Plan scans for executors elsewhere (set by the engine for plans shipped to
+        /// Ballista): every file is read from Parquet, none from this server's decoded
+        /// columns.
+        pub ship_scans: bool, default = false
     }
 }
 

@@ -1,0 +1,108 @@
+//! Distributed execution on DataFusion Ballista: whether a query runs there
+//! (`distributed = off | auto | on`, see [`Distributed`] and `decide`), how its physical
+//! plan travels to the scheduler and the executors ([`QuiverPhysicalCodec`]), and the job that
+//! runs it (`job`).
+//!
+//! The node that received the query plans it (its catalog snapshot, its write buffer, its
+//! clock, the result cache and governance all stay there) and ships the physical plan: the
+//! scans name the Parquet files of the shared object store by their catalog-relative paths,
+//! which every executor reads through its own `object_store_url`, and the write buffer's rows
+//! the scans need travel inside the plan, so a distributed answer is exactly the local one
+//! (later write wins, retention, deletes: all decided by the plan, not by the executors).
+//! What only this server can run (its physical rewrites: dictionary grouping, first rows,
+//! float comparison; reused parts) is left out of a plan that is shipped.
+
+mod codec;
+mod decide;
+mod job;
+mod ship;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::object_store::ObjectStore;
+use serde::{Deserialize, Serialize};
+
+pub use codec::QuiverPhysicalCodec;
+pub(crate) use job::run_job;
+pub use job::{JobError, MAX_MESSAGE_BYTES};
+pub(crate) use ship::{distribute, Distribution};
+
+/// Registers `files` (a shared store's, [`quiver_storage::shared_files`]) in `runtime` where
+/// the scans of shipped plans look for the tables' Parquet files: what an executor's task
+/// runtime needs.
+pub fn register_table_files(runtime: &RuntimeEnv, files: Arc<dyn ObjectStore>) {
+    crate::provider::register_data_store(runtime, files);
+}
+
+/// Where queries run: on this server, or on DataFusion Ballista's executors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distributed {
+    /// Always on this server.
+    #[default]
+    Off,
+    /// On Ballista when the estimated scan is at least `distributed_min_scan_bytes` (and the
+    /// scheduler answers; else here, with a warning).
+    Auto,
+    /// Always on Ballista; a query that cannot run there fails saying why.
+    On,
+}
+
+impl Distributed {
+    /// The mode's name, as the setting spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Distributed::Off => "off",
+            Distributed::Auto => "auto",
+            Distributed::On => "on",
+        }
+    }
+}
+
+impl fmt::Display for Distributed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Distributed {
+    type Err = String;
+
+    /// `off`, `auto` or `on` (any case).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(Distributed::Off),
+            "auto" => Ok(Distributed::Auto),
+            "on" => Ok(Distributed::On),
+            _ => Err(format!("distributed must be off, auto or on, not {text:?}")),
+        }
+    }
+}
+
+/// Why a query that had to run on Ballista (`distributed = on`) cannot.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DistributedError {
+    /// What went wrong, naming the setting or the part of the plan concerned.
+    pub message: String,
+    /// True when no scheduler answers (a retry may succeed); false when this query or this
+    /// server's data cannot run there at all.
+    pub unavailable: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_in_any_case_and_refuse_anything_else() {
+        assert_eq!("AUTO".parse::<Distributed>(), Ok(Distributed::Auto));
+        assert_eq!(" on ".parse::<Distributed>(), Ok(Distributed::On));
+        assert_eq!("off".parse::<Distributed>(), Ok(Distributed::Off));
+        let error = "yes".parse::<Distributed>().unwrap_err();
+        assert!(error.contains("off, auto or on"), "{error}");
+    }
+}

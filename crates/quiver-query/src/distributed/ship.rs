@@ -1,0 +1,143 @@
+//! Planning one query for Ballista ([`distribute`]): the plan shipped, or why the query runs
+//! here after all, and what `EXPLAIN` says of it.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::AsExecutionPlan;
+use datafusion_proto::protobuf::PhysicalPlanNode;
+use prost::Message;
+
+use super::decide::{distributed_state, scan_bytes, stages, Decision};
+use super::job::{connect_scheduler, job_settings, Scheduler, MAX_MESSAGE_BYTES};
+use super::{Distributed, DistributedError, QuiverPhysicalCodec};
+use crate::{QueryError, QueryOptions};
+
+/// Where one query runs, planned for Ballista if it runs there.
+pub(crate) struct Distribution {
+    /// What `EXPLAIN` adds to the final physical plan: the decision, and Ballista's stages.
+    pub(crate) explain: String,
+    /// The job to start, when the query (not an `EXPLAIN` of it) runs on Ballista.
+    pub(crate) job: Option<ShippedPlan>,
+}
+
+/// A plan ready to run on Ballista.
+pub(crate) struct ShippedPlan {
+    /// The scheduler, connected.
+    pub(crate) scheduler: Scheduler,
+    /// The plan, as planned here.
+    pub(crate) plan: Arc<dyn ExecutionPlan>,
+    /// The plan as it travels.
+    pub(crate) encoded: Vec<u8>,
+    /// The session's DataFusion settings, for the executors.
+    pub(crate) settings: Vec<(String, String)>,
+    /// The answer's schema (the statement's).
+    pub(crate) schema: SchemaRef,
+}
+
+/// Plans `logical` (a statement's unoptimized plan, whose answer has `schema`) in `mode` for
+/// Ballista; the query runs here when `auto` finds it small, its data unreachable by
+/// executors, its plan unable to travel, or no scheduler (logged). For `on`, each of those
+/// but the size is an error.
+pub(crate) async fn distribute(
+    state: &SessionState,
+    logical: &LogicalPlan,
+    schema: SchemaRef,
+    mode: Distributed,
+    (options, shared): (&QueryOptions, Option<&str>),
+) -> Result<Distribution, QueryError> {
+    let state = distributed_state(state);
+    let optimized = state.optimize(logical)?;
+    let schema = crate::engine::gap_filled_schema(schema, logical, &optimized)?;
+    let (inner, explaining) = match optimized {
+        LogicalPlan::Explain(explain) => (explain.plan.as_ref().clone(), true),
+        LogicalPlan::Analyze(_) => {
+            return Ok(local(Decision::Local(
+                "EXPLAIN ANALYZE runs the plan on this server".into(),
+            )))
+        }
+        plan => (plan, false),
+    };
+    let plan = state
+        .query_planner()
+        .create_physical_plan(&inner, &state)
+        .await?;
+    let decision = Decision::of(
+        mode,
+        scan_bytes(&plan),
+        options.distributed_min_scan_bytes,
+        shared,
+    )
+    .map_err(QueryError::Distributed)?;
+    let Decision::Ballista(_) = &decision else {
+        return Ok(local(decision));
+    };
+    let encoded = match encode(&plan) {
+        Ok(encoded) => encoded,
+        Err(why) => return fall_back(mode, why, false),
+    };
+    let scheduler = match connect_scheduler(&options.scheduler_addr).await {
+        Ok(scheduler) => scheduler,
+        Err(why) => return fall_back(mode, why, true),
+    };
+    let explain = format!(
+        "{}\n{}",
+        decision.explain(),
+        stages(&plan, state.config_options())?
+    );
+    let job = (!explaining).then(|| ShippedPlan {
+        scheduler,
+        settings: job_settings(state.config()),
+        plan,
+        encoded,
+        schema,
+    });
+    Ok(Distribution { explain, job })
+}
+
+/// A query that runs here for the reason `decision` gives.
+fn local(decision: Decision) -> Distribution {
+    Distribution {
+        explain: decision.explain(),
+        job: None,
+    }
+}
+
+/// For `on`, the error `why` is; for `auto`, the query runs here (with a warning).
+fn fall_back(
+    mode: Distributed,
+    why: String,
+    unavailable: bool,
+) -> Result<Distribution, QueryError> {
+    if mode == Distributed::On {
+        return Err(QueryError::Distributed(DistributedError {
+            message: format!("distributed = on, but {why}"),
+            unavailable,
+        }));
+    }
+    tracing::warn!(reason = %why, "distributed = auto: the query runs on this server");
+    Ok(local(Decision::Local(format!(
+        "distributed = auto, but {why}"
+    ))))
+}
+
+/// `plan` as it travels to the scheduler; why it cannot, if it cannot.
+fn encode(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<u8>, String> {
+    let node =
+        PhysicalPlanNode::try_from_physical_plan(plan.clone(), &QuiverPhysicalCodec::default())
+            .map_err(|e| format!("the plan cannot run on Ballista: {}", e.message()))?;
+    let encoded = node.encode_to_vec();
+    // the scheduler sends each stage on to an executor in a message of its own
+    if encoded.len() > MAX_MESSAGE_BYTES / 2 {
+        return Err(format!(
+            "the plan takes {} bytes with the buffered rows it carries, more than {} \
+             (persist first, or query a narrower time range)",
+            encoded.len(),
+            MAX_MESSAGE_BYTES / 2
+        ));
+    }
+    Ok(encoded)
+}

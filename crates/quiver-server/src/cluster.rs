@@ -1,0 +1,147 @@
+//! `role = scheduler` and `role = executor`: DataFusion Ballista's scheduler and executor,
+//! embedded in the one binary, for queries that run distributed (`distributed = auto | on`).
+//!
+//! Both use Quiver's plan codec ([`QuiverPhysicalCodec`]), so the plans query-serving nodes
+//! ship (with Quiver's deduplicating merge and gap fill in them) decode as they were planned.
+//! An executor reads the Parquet files the plans name from `object_store_url`, registered
+//! where the plans' scans look for them; its shuffle files go to `<data_dir>/shuffle`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use ballista_core::RuntimeProducer;
+use ballista_executor::executor_process::{start_executor_process, ExecutorProcessConfig};
+use ballista_scheduler::cluster::BallistaCluster;
+use ballista_scheduler::config::SchedulerConfig;
+use ballista_scheduler::SessionBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::object_store::ObjectStore;
+use quiver_query::distributed::{register_table_files, QuiverPhysicalCodec, MAX_MESSAGE_BYTES};
+
+use crate::config::Config;
+use crate::serve::ServeError;
+
+/// Seconds between an executor's heartbeats.
+const HEARTBEAT_SECS: u64 = 5;
+/// Seconds without a heartbeat after which the scheduler counts an executor lost and runs
+/// its tasks again elsewhere.
+const EXECUTOR_TIMEOUT_SECS: u64 = 20;
+
+/// Runs the scheduler at `scheduler_addr` until SIGTERM or Ctrl-C.
+pub(crate) async fn run_scheduler(config: &Config) -> Result<(), ServeError> {
+    let files = table_files(config)?;
+    let addr = resolve(&config.query.scheduler_addr, "scheduler_addr").await?;
+    // the plans it decodes name the tables' files where the executors find them
+    let session: SessionBuilder = Arc::new(move |session| {
+        let state = ballista_core::utils::default_session_builder(session)?;
+        register_table_files(state.runtime_env(), files.clone());
+        Ok(state)
+    });
+    let scheduler = SchedulerConfig {
+        bind_host: addr.ip().to_string(),
+        bind_port: addr.port(),
+        external_host: addr.ip().to_string(),
+        grpc_server_max_decoding_message_size: MAX_MESSAGE_BYTES as u32,
+        grpc_server_max_encoding_message_size: MAX_MESSAGE_BYTES as u32,
+        grpc_client_max_message_size: MAX_MESSAGE_BYTES as u32,
+        executor_timeout_seconds: EXECUTOR_TIMEOUT_SECS,
+        expire_dead_executor_interval_seconds: HEARTBEAT_SECS,
+        no_executors_grace_period_seconds: EXECUTOR_TIMEOUT_SECS,
+        finished_job_data_clean_up_interval_seconds: 60,
+        override_physical_codec: Some(Arc::new(QuiverPhysicalCodec::default())),
+        override_session_builder: Some(session),
+        ..SchedulerConfig::default()
+    };
+    let cluster = BallistaCluster::new_from_config(&scheduler)
+        .await
+        .map_err(ballista("cannot set up the scheduler"))?;
+    tracing::info!(%addr, "Ballista scheduler");
+    let serving =
+        ballista_scheduler::scheduler_process::start_server(cluster, addr, Arc::new(scheduler));
+    tokio::select! {
+        served = serving => served.map_err(ballista("the scheduler stopped")),
+        () = crate::serve::shutdown_signal() => Ok(()),
+    }
+}
+
+/// Runs an executor at `executor_addr` for the scheduler at `scheduler_addr` until SIGTERM or
+/// Ctrl-C (it finishes its running tasks first).
+pub(crate) async fn run_executor(config: &Config) -> Result<(), ServeError> {
+    let files = table_files(config)?;
+    let own = resolve(&config.executor_addr, "executor_addr").await?;
+    let scheduler = resolve(&config.query.scheduler_addr, "scheduler_addr").await?;
+    let work_dir = shuffle_dir(&config.store.data_dir)?;
+    let runtime_dir = work_dir.clone();
+    let runtime: RuntimeProducer = Arc::new(move |_| {
+        let runtime = RuntimeEnvBuilder::new()
+            .with_temp_file_path(runtime_dir.clone())
+            .build()?;
+        register_table_files(&runtime, files.clone());
+        Ok(Arc::new(runtime))
+    });
+    let grpc_port = own.port().checked_add(1).ok_or_else(|| {
+        ServeError::Config("executor_addr's port must leave the next one free".into())
+    })?;
+    let executor = ExecutorProcessConfig {
+        bind_host: own.ip().to_string(),
+        external_host: Some(own.ip().to_string()),
+        port: own.port(),
+        grpc_port,
+        scheduler_host: scheduler.ip().to_string(),
+        scheduler_port: scheduler.port(),
+        scheduler_connect_timeout_seconds: 30,
+        work_dir: Some(work_dir.to_string_lossy().into_owned()),
+        executor_heartbeat_interval_seconds: HEARTBEAT_SECS,
+        grpc_max_decoding_message_size: MAX_MESSAGE_BYTES as u32,
+        grpc_max_encoding_message_size: MAX_MESSAGE_BYTES as u32,
+        override_physical_codec: Some(Arc::new(QuiverPhysicalCodec::default())),
+        override_runtime_producer: Some(runtime),
+        ..ExecutorProcessConfig::default()
+    };
+    tracing::info!(%own, %scheduler, data = %config.store.object_store_url, "Ballista executor");
+    start_executor_process(Arc::new(executor))
+        .await
+        .map_err(ballista("the executor stopped"))
+}
+
+/// The tables' files in `object_store_url`, which a scheduler and an executor need (set it to
+/// the writer's).
+fn table_files(config: &Config) -> Result<Arc<dyn ObjectStore>, ServeError> {
+    let url = &config.store.object_store_url;
+    if url.is_empty() {
+        return Err(ServeError::Config(format!(
+            "role = {} works on the files of object_store_url: set it to the writer's",
+            config.store.role.name()
+        )));
+    }
+    Ok(quiver_storage::shared_files(url)?)
+}
+
+/// `<data_dir>/shuffle`, created (absolute: Ballista names its files by it).
+fn shuffle_dir(data_dir: &Path) -> Result<std::path::PathBuf, ServeError> {
+    let dir = std::path::absolute(data_dir.join("shuffle")).map_err(|source| ServeError::Io {
+        context: format!("cannot resolve {}", data_dir.display()),
+        source,
+    })?;
+    std::fs::create_dir_all(&dir).map_err(|source| ServeError::Io {
+        context: format!("cannot create {}", dir.display()),
+        source,
+    })?;
+    Ok(dir)
+}
+
+/// The socket address `addr` (HOST:PORT) names; `setting` names it in errors.
+async fn resolve(addr: &str, setting: &str) -> Result<SocketAddr, ServeError> {
+    let mut found = tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| ServeError::Config(format!("{setting} {addr:?} is not HOST:PORT: {e}")))?;
+    found
+        .next()
+        .ok_or_else(|| ServeError::Config(format!("{setting} {addr:?} names no address")))
+}
+
+/// A Ballista failure while `doing` something.
+fn ballista(doing: &'static str) -> impl FnOnce(ballista_core::error::BallistaError) -> ServeError {
+    move |e| ServeError::Config(format!("{doing}: {e}"))
+}

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Distributed queries on Ballista (issue 44) against the same queries run on the writer alone,
+in one run on this machine: moto's S3 server on loopback holds the data, the writer
+(`distributed` per query), a Ballista scheduler and EXECUTORS executors, all the release
+binary.
+
+1. The fixed cost of a distributed query: a query that reads almost nothing, local vs on
+   Ballista (median of RUNS, alternating).
+2. Scans of ROWS rows (aggregates by host, by hour, by region; a top-k): local vs on Ballista,
+   alternating, the result cache off.
+3. Per stage of each distributed query: its tasks and their times as the executors logged
+   them ("Finished task ... in X ms"), from which a larger cluster's time is projected (a
+   paper projection: each stage takes max(its longest task, its task time / cluster cores),
+   plus the fixed cost measured in 1).
+
+    .venv/bin/python scripts/distributed-bench.py [--rows 10000000] [--files 10]
+        [--executors 1] [--runs 5]
+
+Uses $CARGO_TARGET_DIR/release/quiver and the test virtualenv's moto_server; prints Markdown
+for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+from object_store_lib import MotoServer, quiver_environment  # noqa: E402
+from quiver_testlib import free_ports  # noqa: E402
+
+RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "quiver"
+DB = "bench"
+HOSTS = 100
+START_NS = 1_709_251_200 * 10**9
+TINY = "SELECT count(*) AS n FROM cpu WHERE host = 'h001' AND time < '2024-03-01T00:00:10Z'"
+SCANS = [
+    "SELECT host, avg(usage) AS mean, max(usage) AS peak FROM cpu GROUP BY host ORDER BY host",
+    "SELECT date_bin(INTERVAL '1 hour', time) AS hour, avg(usage) AS mean FROM cpu "
+    "GROUP BY 1 ORDER BY 1",
+    "SELECT region, count(*) AS n, sum(usage) AS total FROM cpu GROUP BY region ORDER BY region",
+    "SELECT host, time, usage FROM cpu ORDER BY usage DESC, time LIMIT 10",
+]
+TASK = re.compile(r"Finished task : \[TID (\S+?)/(\d+)\.\d+/\d+\.\d+\] in ([\d.]+)(µs|ms|s)")
+UNIT_MS = {"µs": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def port_pair() -> int:
+    """A free port whose successor is free too (an executor takes both)."""
+    while True:
+        (port,) = free_ports(1)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+
+
+def wait_listening(port: int, what: str) -> None:
+    for _ in range(600):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not start")
+
+
+def serve(tmp: Path, name: str, url: str, env: dict[str, str], *flags: str) -> subprocess.Popen:
+    (tmp / name).mkdir()
+    log = open(tmp / f"{name}.log", "wb")
+    return subprocess.Popen([str(RELEASE), "serve", "--data-dir", str(tmp / name),
+                             "--object-store-url", url, *flags], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def query(http: str, sql: str, distributed: str) -> float:
+    """Milliseconds to answer `sql` (the answer read whole)."""
+    started = time.perf_counter()
+    r = requests.get(f"{http}/api/v3/query_sql", timeout=1200,
+                     params={"db": DB, "q": sql, "distributed": distributed})
+    r.raise_for_status()
+    return (time.perf_counter() - started) * 1e3
+
+
+def load(http: str, rows: int, files: int) -> None:
+    per_file = rows // files
+    for f in range(files):
+        for part in range(0, per_file, 1_000_000):
+            lines = "\n".join(
+                f"cpu,host=h{i % HOSTS:03d},region=r{i % HOSTS % 5} "
+                f"usage={(i * 37) % 1000 / 10} "
+                f"{START_NS + (f * per_file + i) // HOSTS * 10**9}"
+                for i in range(part, min(part + 1_000_000, per_file)))
+            r = requests.post(f"{http}/api/v3/write_lp", params={"db": DB, "precision": "ns"},
+                              data=lines.encode(), timeout=600)
+            assert r.status_code == 204, r.text
+        requests.post(f"{http}/api/v3/persist", timeout=600).raise_for_status()
+
+
+def stage_times(logs: list[Path], offsets: list[int]) -> dict[int, list[float]]:
+    """Task times (ms) per stage of the one job the executors' logs gained past `offsets`."""
+    stages: dict[int, list[float]] = collections.defaultdict(list)
+    for log, offset in zip(logs, offsets):
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        for _job, stage, amount, unit in TASK.findall(text):
+            stages[int(stage)].append(float(amount) * UNIT_MS[unit])
+    return stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--files", type=int, default=10)
+    parser.add_argument("--executors", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        moto = MotoServer(tmp / "moto.log")
+        procs: list[subprocess.Popen] = []
+        try:
+            moto.create_bucket("bench")
+            url = "s3://bench/quiver"
+            (scheduler_port,) = free_ports(1)
+            scheduler = f"127.0.0.1:{scheduler_port}"
+            env = dict(os.environ, **quiver_environment(moto.endpoint),
+                       QUIVER_CACHE_ENABLED="false", QUIVER_LOG_FILTER="info",
+                       QUIVER_SCHEDULER_ADDR=scheduler,
+                       QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
+                       QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
+                       QUIVER_PERSIST_MAX_AGE_SECS="86400",
+                       QUIVER_COMPACTION_ENABLED="false")
+            http_port, flight_port, pg_port = free_ports(3)
+            http = f"http://127.0.0.1:{http_port}"
+            procs.append(serve(tmp, "writer", url, env, "--http-addr", f"127.0.0.1:{http_port}",
+                               "--flight-addr", f"127.0.0.1:{flight_port}",
+                               "--pg-addr", f"127.0.0.1:{pg_port}"))
+            wait_listening(http_port, "the writer")
+            started = time.monotonic()
+            load(http, args.rows, args.files)
+            print(f"{args.rows} rows ({HOSTS} hosts) in {args.files} Parquet files in moto, "
+                  f"loaded in {time.monotonic() - started:.0f} s; {args.executors} executor(s), "
+                  f"{os.cpu_count()} cores\n")
+            procs.append(serve(tmp, "scheduler", url, env, "--role", "scheduler"))
+            wait_listening(scheduler_port, "the scheduler")
+            logs = []
+            for e in range(args.executors):
+                port = port_pair()
+                procs.append(serve(tmp, f"executor{e}", url, env, "--role", "executor",
+                                   "--executor-addr", f"127.0.0.1:{port}"))
+                wait_listening(port, f"executor {e}")
+                logs.append(tmp / f"executor{e}.log")
+            query(http, TINY, "on")  # executors registered and warm
+
+            print("| query | local ms | on Ballista ms | Ballista / local | stages: tasks, "
+                  "task ms sum (longest) |")
+            print("|---|---|---|---|---|")
+            projections = []
+            fixed = None
+            for sql in [TINY, *SCANS]:
+                query(http, sql, "off")
+                local, distributed, stages = [], [], {}
+                for _ in range(args.runs):
+                    local.append(query(http, sql, "off"))
+                    offsets = [log.stat().st_size for log in logs]
+                    distributed.append(query(http, sql, "on"))
+                    time.sleep(0.3)  # the executors' last lines
+                    stages = stage_times(logs, offsets)
+                l_ms, d_ms = statistics.median(local), statistics.median(distributed)
+                if sql == TINY:
+                    fixed = d_ms - l_ms
+                described = "; ".join(
+                    f"{s}: {len(t)}, {sum(t):.0f} ({max(t):.0f})"
+                    for s, t in sorted(stages.items()))
+                print(f"| `{sql[:70]}` | {l_ms:.1f} | {d_ms:.1f} | {d_ms / l_ms:.2f}x | "
+                      f"{described} |")
+                projections.append((sql, l_ms, d_ms, stages))
+
+            print(f"\nfixed cost of a distributed query (TINY, Ballista - local): {fixed:.1f} ms")
+            print("\nPaper projection (not measured): each stage takes max(longest task, task "
+                  "time / cores), plus the fixed cost above")
+            print("\n| query | measured on Ballista ms | 4 executors x 8 cores | "
+                  "16 executors x 8 cores |")
+            print("|---|---|---|---|")
+            for sql, _l_ms, d_ms, stages in projections[1:]:
+                def projected(cores: int) -> float:
+                    return fixed + sum(max(max(t), sum(t) / cores) for t in stages.values())
+                print(f"| `{sql[:70]}` | {d_ms:.0f} | {projected(32):.0f} | "
+                      f"{projected(128):.0f} |")
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+                proc.wait()
+            moto.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""Distributed queries on DataFusion Ballista (``role = scheduler | executor``,
+``distributed = off | auto | on``).
+
+A real cluster on loopback, every node the one ``quiver`` binary: a writer whose data is in
+an S3-compatible store (``moto``), Ballista's scheduler, and two executors reading the same
+store. Answers run distributed must equal the same queries run on the writer alone, over
+HTTP, PostgreSQL and Flight SQL; a scheduler that is down makes ``auto`` answer locally and
+``on`` fail clearly; an executor killed mid-query never yields a wrong answer."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import adbc_driver_flightsql.dbapi as flight_sql
+import psycopg
+import pytest
+import requests
+
+from object_store_lib import (HOSTS, POINTS, MotoServer, cpu_lines, mem_lines,
+                             quiver_environment, usage)
+from quiver_testlib import (free_ports, persist, unique_name, values_equal, wait_until,
+                            write_ok)
+
+DB = "fleet"
+DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
+DISTRIBUTED_HEADER = "adbc.flight.sql.rpc.call_header.x-quiver-distributed"
+
+# TSBS-shaped questions and the shapes the differential tests use: aggregates by time bucket
+# and tag, tag filters, last point per series, ORDER BY / LIMIT, gap filling, a join
+QUERIES = [
+    "SELECT count(*) AS n, sum(usage) AS total, min(usage) AS low, max(usage) AS high FROM cpu",
+    "SELECT host, max(usage) AS peak FROM cpu GROUP BY host ORDER BY host",
+    "SELECT date_bin(INTERVAL '1 hour', time) AS hour, host, avg(usage) AS mean FROM cpu "
+    "WHERE host IN ('h01', 'h05', 'h07') AND time >= '2024-03-01T12:00:00Z' "
+    "AND time < '2024-03-02T12:00:00Z' GROUP BY 1, 2 ORDER BY 1, 2",
+    "SELECT date_bin(INTERVAL '1 day', time) AS day, region, count(*) AS n, "
+    "avg(usage) AS mean FROM cpu GROUP BY 1, 2 ORDER BY 1, 2",
+    "SELECT host, time, usage FROM cpu WHERE usage > 60 ORDER BY usage DESC, host, time "
+    "LIMIT 7",
+    "SELECT DISTINCT ON (host) host, time, usage FROM cpu ORDER BY host, time DESC",
+    "SELECT host, usage, time FROM cpu WHERE host = 'h03' ORDER BY time DESC LIMIT 5",
+    "SELECT date_bin_gapfill(INTERVAL '1 hour', time) AS hour, host, locf(avg(usage)) AS u "
+    "FROM cpu WHERE host = 'h02' AND time >= '2024-03-03T20:00:00Z' "
+    "AND time < '2024-03-04T04:00:00Z' GROUP BY 1, 2 ORDER BY 1, 2",
+    "SELECT c.region, count(*) AS n, sum(m.free) AS free FROM cpu c JOIN mem m "
+    "ON c.host = m.host AND c.time = m.time GROUP BY c.region ORDER BY c.region",
+]
+
+
+def load_dataset(url: str) -> None:
+    """Three days of readings in two persisted halves, then rewrites of persisted points and
+    new points still in the writer's buffer (a later write wins; the buffer travels with the
+    plan)."""
+    half = POINTS // 2
+    write_ok(url, DB, cpu_lines(range(half), usage))
+    write_ok(url, DB, mem_lines(range(half)))
+    persist(url)
+    write_ok(url, DB, cpu_lines(range(half, POINTS - 40), usage))
+    write_ok(url, DB, mem_lines(range(half, POINTS)))
+    persist(url)
+    # buffered: the last 40 steps, and rewritten readings of persisted ones
+    write_ok(url, DB, cpu_lines(range(POINTS - 40, POINTS), usage))
+    write_ok(url, DB, cpu_lines(range(0, POINTS, 37), lambda host, i: 1000.0 + i))
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+def port_pair() -> int:
+    """A free port whose successor is free too (an executor takes both)."""
+    for _ in range(50):
+        (port,) = free_ports(1)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Cluster:
+    """A writer over a fresh bucket, and (unless told otherwise) a scheduler and two
+    executors."""
+
+    def __init__(self, spawn: Callable[..., Any], tmp_path: Path, moto: MotoServer,
+                 writer_flags: tuple[str, ...] = (), executors: int = 2,
+                 scheduler: bool = True):
+        bucket = unique_name("quiver").replace("-", "")
+        moto.create_bucket(bucket)
+        self.url = f"s3://{bucket}/cluster"
+        self.env = quiver_environment(moto.endpoint)
+        self.spawn, self.tmp_path = spawn, tmp_path
+        (self.scheduler_port,) = free_ports(1)
+        self.scheduler_addr = f"127.0.0.1:{self.scheduler_port}"
+        self.writer = self.node("writer", *writer_flags)
+        load_dataset(self.writer.http_url)
+        self.scheduler = self.node("scheduler", "--role", "scheduler", wait=False) \
+            if scheduler else None
+        if scheduler:
+            wait_until(lambda: listening(self.scheduler_port), 30, "the scheduler listening")
+        self.executors = [self.executor(i) for i in range(executors)]
+
+    def node(self, name: str, *flags: str, wait: bool = True) -> Any:
+        data_dir = self.tmp_path / name
+        data_dir.mkdir(exist_ok=True)
+        return self.spawn("--data-dir", str(data_dir), "--object-store-url", self.url,
+                          "--scheduler-addr", self.scheduler_addr, *flags,
+                          cwd=self.tmp_path, env=self.env, wait=wait)
+
+    def executor(self, index: int) -> Any:
+        port = port_pair()
+        node = self.node(f"executor{index}", "--role", "executor",
+                         "--executor-addr", f"127.0.0.1:{port}", wait=False)
+        wait_until(lambda: listening(port), 60, f"executor {index} listening")
+        return node
+
+
+def ask(url: str, sql: str, distributed: str | None = None) -> requests.Response:
+    params = {"db": DB, "q": sql, "format": "json"}
+    if distributed is not None:
+        params["distributed"] = distributed
+    # no result cache: every answer is computed (here or on Ballista)
+    return requests.get(f"{url}/api/v3/query_sql", params=params,
+                        headers={"Cache-Control": "no-cache"}, timeout=120)
+
+
+def rows(url: str, sql: str, distributed: str | None = None) -> list[dict[str, Any]]:
+    response = ask(url, sql, distributed)
+    assert response.status_code == 200, f"{response.status_code} {response.text}\n{sql}"
+    return response.json()
+
+
+def same_rows(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> bool:
+    """Equal answers, floats within rounding (partial sums add up in another order when
+    executors compute them)."""
+    return len(actual) == len(expected) and all(
+        a.keys() == e.keys() and all(values_equal(a[k], e[k]) for k in e)
+        for a, e in zip(actual, expected))
+
+
+def explain(url: str, sql: str, distributed: str) -> str:
+    plans = rows(url, f"EXPLAIN {sql}", distributed)
+    return "\n".join(row["plan"] for row in plans)
+
+
+@pytest.fixture
+def cluster(spawn_quiver, tmp_path: Path, moto: MotoServer) -> Cluster:
+    return Cluster(spawn_quiver, tmp_path, moto)
+
+
+def test_distributed_answers_equal_local_ones_over_every_protocol(cluster: Cluster) -> None:
+    url = cluster.writer.http_url
+    local = [rows(url, sql, "off") for sql in QUERIES]
+    assert local[0][0]["n"] == POINTS * len(HOSTS)
+    assert local[0][0]["high"] == 1000.0 + 37 * (POINTS // 37), "rewrites must win"
+    for sql, expected in zip(QUERIES, local):
+        distributed = rows(url, sql, "on")
+        assert same_rows(distributed, expected), f"{sql}\n{distributed}\n{expected}"
+    # the plan ran on Ballista: EXPLAIN names its stages, and the executors' shuffle files
+    plan = explain(url, QUERIES[3], "on")
+    assert "Distributed execution: on Ballista" in plan, plan
+    assert plan.count("Ballista stage") >= 2, plan
+    assert "DeduplicateExec" in plan, "overlapping sources are merged on the executors"
+    shuffles = list((cluster.tmp_path / "executor0" / "shuffle").rglob("*")) + \
+        list((cluster.tmp_path / "executor1" / "shuffle").rglob("*"))
+    assert any(path.is_file() for path in shuffles), "no executor wrote a shuffle file"
+
+    with psycopg.connect(host="127.0.0.1", port=cluster.writer.pg_port, user="u", dbname=DB,
+                         autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SET quiver.distributed = on")
+        assert conn.execute("SHOW quiver.distributed").fetchone()[0] == "on"
+        pg_plan = "\n".join(r[1] for r in conn.execute(f"EXPLAIN {QUERIES[1]}").fetchall())
+        assert "Ballista stage" in pg_plan, pg_plan
+        pg_rows = conn.execute(QUERIES[1]).fetchall()
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="off, auto or on"):
+            conn.execute("SET quiver.distributed = sometimes")
+    assert [{"host": h, "peak": p} for h, p in pg_rows] == local[1]
+
+    with flight_sql.connect(cluster.writer.flight_uri, autocommit=True,
+                            db_kwargs={DATABASE_HEADER: DB, DISTRIBUTED_HEADER: "on"}) as conn:
+        with conn.cursor() as cur:
+            cur.execute(f"EXPLAIN {QUERIES[1]}")
+            assert "Ballista stage" in "\n".join(str(r) for r in cur.fetchall())
+            cur.execute(QUERIES[1])
+            flight_rows = cur.fetchall()
+    assert [{"host": h, "peak": p} for h, p in flight_rows] == local[1]
+
+    bad = ask(url, QUERIES[0], "sometimes")
+    assert bad.status_code == 400 and "off, auto or on" in bad.text, bad.text
+
+
+def test_auto_sends_only_large_scans_and_explain_says_why(
+        spawn_quiver, tmp_path: Path, moto: MotoServer) -> None:
+    cluster = Cluster(spawn_quiver, tmp_path, moto,
+                      writer_flags=("--distributed", "auto"), executors=1)
+    url = cluster.writer.http_url
+    # the default threshold (1 GiB) keeps this small data set here
+    small = explain(url, QUERIES[1], "auto")
+    assert "Distributed execution: none, this server" in small, small
+    assert "under distributed_min_scan_bytes" in small, small
+    assert "Ballista stage" not in small
+    forced = explain(url, QUERIES[1], "on")
+    assert "Ballista stage" in forced, forced
+    off = explain(url, QUERIES[1], "off")
+    # off is the engine as ever: EXPLAIN says nothing of distribution
+    assert "Distributed execution" not in off and "Ballista" not in off, off
+    assert same_rows(rows(url, QUERIES[1]), rows(url, QUERIES[1], "off"))
+
+
+def test_a_low_threshold_sends_auto_queries_to_ballista(
+        spawn_quiver, tmp_path: Path, moto: MotoServer) -> None:
+    cluster_env_threshold = {"QUIVER_DISTRIBUTED_MIN_SCAN_BYTES": "1"}
+    cluster = Cluster(spawn_quiver, tmp_path, moto, executors=1)
+    writer = cluster.writer
+    writer.stop()
+    cluster.env = {**cluster.env, **cluster_env_threshold}
+    writer = cluster.node("writer", "--distributed", "auto")
+    plan = explain(writer.http_url, QUERIES[2], "auto")
+    assert "Distributed execution: on Ballista (distributed = auto" in plan, plan
+    assert "at least distributed_min_scan_bytes (1)" in plan, plan
+    assert same_rows(rows(writer.http_url, QUERIES[2]), rows(writer.http_url, QUERIES[2], "off"))
+
+
+def test_a_scheduler_that_is_down_makes_auto_local_and_on_fail_clearly(
+        spawn_quiver, tmp_path: Path, moto: MotoServer) -> None:
+    cluster = Cluster(spawn_quiver, tmp_path, moto, executors=0, scheduler=False)
+    url = cluster.writer.http_url
+    expected = rows(url, QUERIES[1], "off")
+    started = time.monotonic()
+    assert rows(url, QUERIES[1], "auto") == expected
+    assert time.monotonic() - started < 10
+    failed = ask(url, QUERIES[1], "on")
+    assert failed.status_code == 503, failed.text
+    assert "scheduler" in failed.text and cluster.scheduler_addr in failed.text, failed.text
+    with psycopg.connect(host="127.0.0.1", port=cluster.writer.pg_port, user="u", dbname=DB,
+                         autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SET quiver.distributed = on")
+        with pytest.raises(psycopg.OperationalError) as refused:
+            conn.execute(QUERIES[1])
+        assert refused.value.sqlstate == "57P03"
+    # the server is still up and answers
+    assert same_rows(rows(url, QUERIES[0]), rows(url, QUERIES[0], "off"))
+
+
+def test_data_in_data_dir_cannot_run_on_ballista(spawn_quiver, tmp_path: Path) -> None:
+    writer = spawn_quiver("--data-dir", str(tmp_path / "local"), cwd=tmp_path)
+    write_ok(writer.http_url, DB, cpu_lines(range(3), usage))
+    refused = ask(writer.http_url, QUERIES[0], "on")
+    assert refused.status_code == 400, refused.text
+    assert "object_store_url" in refused.text, refused.text
+    assert ask(writer.http_url, QUERIES[0], "auto").status_code == 200
+
+
+def test_an_executor_killed_mid_query_never_gives_a_wrong_answer(cluster: Cluster) -> None:
+    url = cluster.writer.http_url
+    # 72 million joined rows: seconds of work, spread over both executors
+    heavy = ("SELECT a.region, count(*) AS n, sum(a.usage * b.usage + k) AS s "
+             "FROM (VALUES (1), (2), (3), (4), (5), (6), (7), (8)) AS v(k) CROSS JOIN cpu a "
+             "JOIN cpu b ON a.region = b.region GROUP BY a.region ORDER BY a.region")
+    expected = rows(url, heavy, "off")
+    outcome: dict[str, requests.Response] = {}
+    asking = threading.Thread(target=lambda: outcome.update(r=ask(url, heavy, "on")))
+    started = time.monotonic()
+    asking.start()
+    time.sleep(0.5)
+    cluster.executors[0].proc.send_signal(signal.SIGKILL)
+    asking.join(timeout=150)
+    assert not asking.is_alive(), "the query neither finished nor failed"
+    assert time.monotonic() - started > 0.5, "the query ended before the executor was killed"
+    print(f"\nkilled mid-query: HTTP {outcome['r'].status_code} after "
+          f"{time.monotonic() - started:.1f} s: {outcome['r'].text[:300]}")
+    response = outcome["r"]
+    if response.status_code == 200:
+        assert same_rows(response.json(), expected)
+    else:
+        assert response.status_code >= 500, response.text
+        assert "Ballista" in response.text or "executor" in response.text, response.text
+    # the remaining executor answers the next query, exactly
+    assert same_rows(rows(url, heavy, "on"), expected)
