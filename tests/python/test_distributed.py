@@ -18,13 +18,17 @@ from typing import Any, Callable, Iterator
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
+import pyarrow as pa
 import pytest
 import requests
 
 from object_store_lib import (HOSTS, POINTS, MotoServer, cpu_lines, mem_lines,
                              quiver_environment, usage)
-from quiver_testlib import (free_ports, persist, unique_name, values_equal, wait_until,
-                            write_ok)
+from quiver_testlib import (assert_rows_match, free_ports, normalize_table, persist,
+                            unique_name, values_equal, wait_until, write_ok)
+from test_differential import DB as DIFFERENTIAL_DB
+from test_differential import QUERIES as DIFFERENTIAL_QUERIES
+from test_differential import generate_dataset, write_batches
 
 DB = "fleet"
 DATABASE_HEADER = "adbc.flight.sql.rpc.call_header.database"
@@ -66,6 +70,12 @@ def load_dataset(url: str) -> None:
     # buffered: the last 40 steps, and rewritten readings of persisted ones
     write_ok(url, DB, cpu_lines(range(POINTS - 40, POINTS), usage))
     write_ok(url, DB, cpu_lines(range(0, POINTS, 37), lambda host, i: 1000.0 + i))
+
+
+# 72 million joined rows: seconds of work, spread over the executors
+HEAVY = ("SELECT a.region, count(*) AS n, sum(a.usage * b.usage + k) AS s "
+         "FROM (VALUES (1), (2), (3), (4), (5), (6), (7), (8)) AS v(k) CROSS JOIN cpu a "
+         "JOIN cpu b ON a.region = b.region GROUP BY a.region ORDER BY a.region")
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +189,15 @@ def test_distributed_answers_equal_local_ones_over_every_protocol(cluster: Clust
     assert "Distributed execution: on Ballista" in plan, plan
     assert plan.count("Ballista stage") >= 2, plan
     assert "DeduplicateExec" in plan, "overlapping sources are merged on the executors"
-    shuffles = list((cluster.tmp_path / "executor0" / "shuffle").rglob("*")) + \
-        list((cluster.tmp_path / "executor1" / "shuffle").rglob("*"))
-    assert any(path.is_file() for path in shuffles), "no executor wrote a shuffle file"
+    for executor in cluster.executors:
+        assert "Finished task" in executor.log(), "an executor ran no task"
+
+    # the jobs' shuffle files are removed once their answers were read
+    def shuffle_files() -> list[Path]:
+        return [path for e in range(2)
+                for path in (cluster.tmp_path / f"executor{e}" / "shuffle").rglob("*")
+                if path.is_file()]
+    wait_until(lambda: not shuffle_files(), 10, "the executors' shuffle files removed")
 
     with psycopg.connect(host="127.0.0.1", port=cluster.writer.pg_port, user="u", dbname=DB,
                          autocommit=True, connect_timeout=10) as conn:
@@ -271,13 +287,9 @@ def test_data_in_data_dir_cannot_run_on_ballista(spawn_quiver, tmp_path: Path) -
 
 def test_an_executor_killed_mid_query_never_gives_a_wrong_answer(cluster: Cluster) -> None:
     url = cluster.writer.http_url
-    # 72 million joined rows: seconds of work, spread over both executors
-    heavy = ("SELECT a.region, count(*) AS n, sum(a.usage * b.usage + k) AS s "
-             "FROM (VALUES (1), (2), (3), (4), (5), (6), (7), (8)) AS v(k) CROSS JOIN cpu a "
-             "JOIN cpu b ON a.region = b.region GROUP BY a.region ORDER BY a.region")
-    expected = rows(url, heavy, "off")
+    expected = rows(url, HEAVY, "off")
     outcome: dict[str, requests.Response] = {}
-    asking = threading.Thread(target=lambda: outcome.update(r=ask(url, heavy, "on")))
+    asking = threading.Thread(target=lambda: outcome.update(r=ask(url, HEAVY, "on")))
     started = time.monotonic()
     asking.start()
     time.sleep(0.5)
@@ -294,4 +306,55 @@ def test_an_executor_killed_mid_query_never_gives_a_wrong_answer(cluster: Cluste
         assert response.status_code >= 500, response.text
         assert "Ballista" in response.text or "executor" in response.text, response.text
     # the remaining executor answers the next query, exactly
-    assert same_rows(rows(url, heavy, "on"), expected)
+    assert same_rows(rows(url, HEAVY, "on"), expected)
+
+
+def test_a_timeout_or_a_cancel_cancels_the_ballista_job(cluster: Cluster) -> None:
+    url = cluster.writer.http_url
+    response = requests.get(f"{url}/api/v3/query_sql", timeout=60,
+                            headers={"Cache-Control": "no-cache"},
+                            params={"db": DB, "q": HEAVY, "distributed": "on",
+                                    "timeout_secs": "1"})
+    assert response.status_code == 504, (response.status_code, response.text)
+    assert "timeout_secs" in response.text, response.text
+    wait_until(lambda: "Received cancellation request" in cluster.scheduler.log(), 10,
+               "the scheduler told to cancel the timed-out job")
+
+    # a client that goes away: the query is cancelled when its connection drops
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.get(f"{url}/api/v3/query_sql", timeout=0.8,
+                     headers={"Cache-Control": "no-cache"},
+                     params={"db": DB, "q": HEAVY.replace("(8)", "(9)"), "distributed": "on"})
+    wait_until(lambda: cluster.scheduler.log().count("Received cancellation request") >= 2, 15,
+               "the scheduler told to cancel the abandoned job")
+    # the cluster still answers
+    assert same_rows(rows(url, QUERIES[1], "on"), rows(url, QUERIES[1], "off"))
+
+
+def arrow_answer(url: str, db: str, sql: str, distributed: str) -> pa.Table:
+    response = requests.get(f"{url}/api/v3/query_sql", timeout=120,
+                            headers={"Cache-Control": "no-cache"},
+                            params={"db": db, "q": sql, "format": "arrow",
+                                    "distributed": distributed})
+    assert response.status_code == 200, f"{response.status_code} {response.text}\n{sql}"
+    with pa.ipc.open_stream(response.content) as reader:
+        return reader.read_all()
+
+
+def test_the_differential_query_set_answers_alike_distributed(cluster: Cluster) -> None:
+    """The differential test's data set (nulls, unsigned and string fields, four tags), half
+    persisted and half still buffered: every query of its set, in Arrow, distributed and
+    local."""
+    url = cluster.writer.http_url
+    batches = write_batches(generate_dataset())
+    for k, batch in enumerate(batches):
+        write_ok(url, DIFFERENTIAL_DB, "\n".join(
+            record if isinstance(record, str) else record.to_line_protocol()
+            for record in batch))
+        if k == len(batches) // 2:
+            persist(url)
+    for q in DIFFERENTIAL_QUERIES:
+        local_names, local_rows = normalize_table(arrow_answer(url, DIFFERENTIAL_DB, q.sql, "off"))
+        names, got = normalize_table(arrow_answer(url, DIFFERENTIAL_DB, q.sql, "on"))
+        assert_rows_match(names, got, local_names, local_rows,
+                          context=f"query {q.name} distributed:\n{q.sql}")

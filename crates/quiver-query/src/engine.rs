@@ -397,14 +397,15 @@ impl QueryEngine {
         params: Option<ParamValues>,
         mode: Distributed,
     ) -> Result<Distribution, QueryError> {
+        let shared = self.store.shared_location();
+        // (a panic while planning is the query's error, as in `plan`)
         let planned = guard_future("planning the query for Ballista", async {
             let logical = logical_plan(&self.store, state, analysis, params).await?;
             let schema = Arc::new(logical.schema().as_arrow().clone());
-            Ok::<_, DataFusionError>((logical, schema))
+            let shipping = (&self.options, shared);
+            Ok::<_, DataFusionError>(distribute(state, &logical, schema, mode, shipping).await)
         });
-        let (logical, schema) = planned.await?;
-        let shared = self.store.shared_location();
-        distribute(state, &logical, schema, mode, (&self.options, shared)).await
+        planned.await?
     }
 
     /// The physical plan of `analysis` (its placeholders bound to `params`) and its answer's

@@ -585,7 +585,7 @@ impl Scan<'_> {
                 Source::File(file) => {
                     self.sorted_file(file, full, &wanted, &table_order, &series_filters)?
                 }
-                Source::Buffer => self.sorted_buffer(full, &wanted, &table_order)?,
+                Source::Buffer => self.sorted_buffer(full, &wanted)?,
             };
             let input = self.filtered(input, &series_filters)?;
             inputs.push(with_source_column(input, order as u64)?);
@@ -654,22 +654,22 @@ impl Scan<'_> {
     }
 
     /// The buffer snapshot's runs (each sorted by series then time, no point in two of them)
-    /// as one sorted partition each.
-    fn sorted_buffer(
-        &self,
-        full: &SchemaRef,
-        wanted: &[usize],
-        ordering: &LexOrdering,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        // The snapshot's batches have exactly the snapshot's (full) schema.
+    /// as one sorted partition each, of the `wanted` columns of `full` (which keep every
+    /// series key column).
+    fn sorted_buffer(&self, full: &SchemaRef, wanted: &[usize]) -> Result<Arc<dyn ExecutionPlan>> {
+        // The snapshot's batches have exactly the snapshot's (full) schema. They are projected
+        // here (sharing the columns) rather than by the source, whose projection a plan
+        // shipped to Ballista does not carry intact.
+        let columns = Arc::new(full.project(wanted)?);
         let runs: Vec<Vec<RecordBatch>> = self
             .snapshot
             .batches
             .iter()
-            .map(|run| vec![run.clone()])
-            .collect();
-        let source = MemorySourceConfig::try_new(&runs, full.clone(), Some(wanted.to_vec()))?
-            .try_with_sort_information(vec![ordering.clone()])?;
+            .map(|run| Ok(vec![run.project(wanted)?]))
+            .collect::<Result<_>>()?;
+        let ordering = sort_order(&columns, false)?;
+        let source = MemorySourceConfig::try_new(&runs, columns, None)?
+            .try_with_sort_information(vec![ordering])?;
         Ok(DataSourceExec::from_data_source(source))
     }
 

@@ -48,11 +48,14 @@ pub(crate) async fn run_scheduler(config: &Config) -> Result<(), ServeError> {
         executor_timeout_seconds: EXECUTOR_TIMEOUT_SECS,
         expire_dead_executor_interval_seconds: HEARTBEAT_SECS,
         no_executors_grace_period_seconds: EXECUTOR_TIMEOUT_SECS,
-        finished_job_data_clean_up_interval_seconds: 60,
+        // query-serving nodes remove a job's files once they have read its answer; this is
+        // for those that could not (a reader slower than this loses the rest of its answer)
+        finished_job_data_clean_up_interval_seconds: 3600,
         override_physical_codec: Some(Arc::new(QuiverPhysicalCodec::default())),
         override_session_builder: Some(session),
         ..SchedulerConfig::default()
     };
+    warn_unless_loopback(addr, "scheduler_addr");
     let cluster = BallistaCluster::new_from_config(&scheduler)
         .await
         .map_err(ballista("cannot set up the scheduler"))?;
@@ -70,6 +73,14 @@ pub(crate) async fn run_scheduler(config: &Config) -> Result<(), ServeError> {
 pub(crate) async fn run_executor(config: &Config) -> Result<(), ServeError> {
     let files = table_files(config)?;
     let own = resolve(&config.executor_addr, "executor_addr").await?;
+    if own.ip().is_unspecified() {
+        return Err(ServeError::Config(format!(
+            "executor_addr {} must be the address the scheduler and query-serving nodes reach \
+             this executor at (it is also where it listens), not an unspecified address",
+            config.executor_addr
+        )));
+    }
+    warn_unless_loopback(own, "executor_addr");
     let scheduler = resolve(&config.query.scheduler_addr, "scheduler_addr").await?;
     let work_dir = shuffle_dir(&config.store.data_dir)?;
     let runtime_dir = work_dir.clone();
@@ -116,6 +127,19 @@ fn table_files(config: &Config) -> Result<Arc<dyn ObjectStore>, ServeError> {
         )));
     }
     Ok(quiver_storage::shared_files(url)?)
+}
+
+/// Warns that Ballista's services at `addr` (the `setting`) take plans and hand out answers
+/// without asking who calls, when other machines can reach them.
+fn warn_unless_loopback(addr: SocketAddr, setting: &str) {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "{setting} is reachable from other machines: Ballista's scheduler and executors \
+             authenticate no one and encrypt nothing (anyone reaching them can run plans over \
+             object_store_url and read answers); keep them on a private network"
+        );
+    }
 }
 
 /// `<data_dir>/shuffle`, created (absolute: Ballista names its files by it).

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dedup_exec::DeduplicateExec;
 use crate::gap_fill::{FillMethod, GapFillExec, Grid};
+use crate::governance::value_limits::is_capped;
 
 /// The first byte of a node Ballista's own codec encoded.
 const BALLISTA_NODE: u8 = 0;
@@ -115,12 +116,19 @@ impl PhysicalExtensionCodec for QuiverPhysicalCodec {
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        // executors resolve functions by name among DataFusion's own
-        match executor_functions().contains(node.name()) {
+        // executors resolve functions by name among DataFusion's own, which would drop the
+        // output caps (max_value_bytes) this server puts on some of them
+        let name = node.name();
+        if is_capped(name) {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{name}() has its output capped by max_value_bytes here, which Ballista's \
+                 executors would not do"
+            )));
+        }
+        match executor_functions().contains(name) {
             true => Ok(()),
             false => Err(DataFusionError::NotImplemented(format!(
-                "the function {} is Quiver's own and does not run on Ballista's executors",
-                node.name()
+                "the function {name} is Quiver's own and does not run on Ballista's executors"
             ))),
         }
     }
@@ -173,12 +181,14 @@ fn decode(node: QuiverNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<Arc<dyn
             inputs.len()
         )));
     };
+    let columns = input.schema().fields().len();
     match node {
         QuiverNode::Deduplicate {
             key_columns,
             field_columns,
             input_order,
         } => {
+            within(key_columns.iter().chain(&field_columns), columns)?;
             let order = ordering(&input_order, &input.schema())?;
             Ok(Arc::new(DeduplicateExec::new(
                 input.clone(),
@@ -198,6 +208,18 @@ fn decode(node: QuiverNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<Arc<dyn
                 .map_err(|e| DataFusionError::Internal(format!("decoding a schema: {e}")))?;
             let schema = Schema::try_from(&schema)
                 .map_err(|e| DataFusionError::Internal(format!("decoding a schema: {e}")))?;
+            within(
+                series_columns.iter().chain([&time_column]),
+                columns.min(schema.fields().len()),
+            )?;
+            within(fills.iter().map(|(column, _)| column), columns)?;
+            if schema.fields().len() != columns + fills.len() {
+                return Err(DataFusionError::Internal(format!(
+                    "a gap fill of {columns} columns and {} fills with {} output columns",
+                    fills.len(),
+                    schema.fields().len()
+                )));
+            }
             Ok(Arc::new(GapFillExec::try_new(
                 input.clone(),
                 Arc::new(schema),
@@ -207,6 +229,16 @@ fn decode(node: QuiverNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<Arc<dyn
                 fills,
             )?))
         }
+    }
+}
+
+/// Fails unless every one of `indices` is below `columns`.
+fn within<'a>(indices: impl IntoIterator<Item = &'a usize>, columns: usize) -> Result<()> {
+    match indices.into_iter().find(|&&i| i >= columns) {
+        Some(i) => Err(DataFusionError::Internal(format!(
+            "column {i} of a plan node whose input has {columns}"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -322,11 +354,14 @@ mod tests {
         let ctx = SessionContext::new();
         let task = ctx.task_ctx();
         let converter = datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {};
+        let outside = br#"{"Deduplicate":{"key_columns":[9],"field_columns":[],"input_order":[]}}"#;
+        let outside = [&[QUIVER_NODE][..], outside].concat();
         for bytes in [
             &b""[..],
             b"\x07xyz",
             b"\x01{not json",
             b"\x01\"Deduplicate\"",
+            &outside,
         ] {
             assert!(codec
                 .try_decode(bytes, &[input()], &task, &converter)

@@ -128,11 +128,13 @@ pub(crate) fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
                     .sum();
                 total = total.saturating_add(bytes);
             } else if let Some(memory) = source.downcast_ref::<MemorySourceConfig>() {
+                // the rows' own bytes (a slice of a larger buffer counts its part only)
                 let bytes: usize = memory
                     .partitions()
                     .iter()
                     .flatten()
-                    .map(|batch| batch.get_array_memory_size())
+                    .flat_map(|batch| batch.columns())
+                    .map(|column| column.to_data().get_slice_memory_size().unwrap_or(0))
                     .sum();
                 total = total.saturating_add(bytes as u64);
             }

@@ -10,8 +10,8 @@ use ballista_core::client::BallistaClient;
 use ballista_core::serde::protobuf::execute_query_params::Query;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::{
-    execute_query_result, job_status, CancelJobParams, ExecuteQueryParams, GetJobStatusParams,
-    KeyValuePair, PartitionLocation,
+    execute_query_result, job_status, CancelJobParams, CleanJobDataParams, ExecuteQueryParams,
+    GetJobStatusParams, KeyValuePair, PartitionLocation,
 };
 use ballista_core::serde::scheduler::PartitionId;
 use ballista_core::utils::create_grpc_client_endpoint;
@@ -29,8 +29,14 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// How long connecting to the scheduler may take before it counts as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How often a running job's status is asked for.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often a job's status is asked for at first; the interval doubles up to
+/// [`MAX_POLL_INTERVAL`].
+const FIRST_POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// The longest wait between two questions about a job's status.
+const MAX_POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a job may wait without running (no executor takes it, or the scheduler no longer
+/// knows it) before the query fails.
+const NOT_RUNNING_LIMIT: Duration = Duration::from_secs(60);
 
 /// A connection to the scheduler.
 pub(crate) type Scheduler = SchedulerGrpcClient<Channel>;
@@ -99,13 +105,19 @@ struct Job {
 }
 
 impl Drop for Job {
+    /// Cancels the job unless its answer was read whole, then has its shuffle files removed
+    /// (the scheduler would remove them an hour after the job ended otherwise).
     fn drop(&mut self) {
-        if self.done {
+        let (mut scheduler, job_id, done) = (self.scheduler.clone(), self.id.clone(), self.done);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                job_id,
+                "no runtime to cancel or clean up a Ballista job with"
+            );
             return;
-        }
-        let (mut scheduler, job_id) = (self.scheduler.clone(), self.id.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+        };
+        runtime.spawn(async move {
+            if !done {
                 let cancel = scheduler.cancel_job(CancelJobParams {
                     job_id: job_id.clone(),
                 });
@@ -113,8 +125,16 @@ impl Drop for Job {
                     Ok(_) => tracing::info!(job_id, "Ballista job cancelled"),
                     Err(e) => tracing::warn!(job_id, error = %e, "cannot cancel a Ballista job"),
                 }
+            }
+            // (no stages named: the whole job)
+            let clean = scheduler.clean_job_data(CleanJobDataParams {
+                job_id: job_id.clone(),
+                remove_stage_ids: Vec::new(),
             });
-        }
+            if let Err(e) = clean.await {
+                tracing::warn!(job_id, error = %e, "cannot remove a Ballista job's files");
+            }
+        });
     }
 }
 
@@ -161,6 +181,8 @@ impl Job {
     /// Waits for the job to end; the locations of its answer's partitions, in order.
     async fn finished(&self) -> Result<Vec<PartitionLocation>> {
         let mut scheduler = self.scheduler.clone();
+        let mut interval = FIRST_POLL_INTERVAL;
+        let mut not_running_since = std::time::Instant::now();
         loop {
             let status = scheduler
                 .get_job_status(GetJobStatusParams {
@@ -183,8 +205,23 @@ impl Job {
                         self.id, failure.error
                     )));
                 }
-                _ => tokio::time::sleep(POLL_INTERVAL).await,
+                Some(job_status::Status::Running(_)) => {
+                    not_running_since = std::time::Instant::now();
+                }
+                // queued (no executor free, or none registered) or unknown (the scheduler
+                // restarted and forgot it)
+                _ if not_running_since.elapsed() > NOT_RUNNING_LIMIT => {
+                    return Err(job_error(format!(
+                        "Ballista job {} did not run for {} s: no executor took it (are \
+                         executors registered with the scheduler?), or the scheduler lost it",
+                        self.id,
+                        NOT_RUNNING_LIMIT.as_secs()
+                    )));
+                }
+                _ => {}
             }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(MAX_POLL_INTERVAL);
         }
     }
 }

@@ -49,6 +49,12 @@ pub(crate) async fn distribute(
     mode: Distributed,
     (options, shared): (&QueryOptions, Option<&str>),
 ) -> Result<Distribution, QueryError> {
+    // what needs no plan: off, or data the executors cannot read
+    if mode == Distributed::Off || shared.is_none() {
+        let decision = Decision::of(mode, 0, options.distributed_min_scan_bytes, shared)
+            .map_err(QueryError::Distributed)?;
+        return Ok(local(decision));
+    }
     let state = distributed_state(state);
     let optimized = state.optimize(logical)?;
     let schema = crate::engine::gap_filled_schema(schema, logical, &optimized)?;
@@ -83,19 +89,29 @@ pub(crate) async fn distribute(
         Ok(scheduler) => scheduler,
         Err(why) => return fall_back(mode, why, true),
     };
-    let explain = format!(
-        "{}\n{}",
-        decision.explain(),
-        stages(&plan, state.config_options())?
-    );
-    let job = (!explaining).then(|| ShippedPlan {
+    if explaining {
+        let stages = match stages(&plan, state.config_options()) {
+            Ok(stages) => stages,
+            Err(e) => return fall_back(mode, format!("Ballista cannot plan it: {e}"), false),
+        };
+        let explain = format!(
+            "{} — the plan above is this server's; Ballista runs the shipped plan in these \
+             stages:\n{stages}",
+            decision.explain()
+        );
+        return Ok(Distribution { explain, job: None });
+    }
+    let job = ShippedPlan {
         scheduler,
         settings: job_settings(state.config()),
         plan,
         encoded,
         schema,
-    });
-    Ok(Distribution { explain, job })
+    };
+    Ok(Distribution {
+        explain: decision.explain(),
+        job: Some(job),
+    })
 }
 
 /// A query that runs here for the reason `decision` gives.

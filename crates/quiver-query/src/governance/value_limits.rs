@@ -65,6 +65,12 @@ pub(crate) struct OutputLimits {
     pub(crate) batch: u64,
 }
 
+/// Whether `name` is a function whose output this server caps (executors elsewhere would run
+/// it uncapped).
+pub(crate) fn is_capped(name: &str) -> bool {
+    CAPPED.iter().any(|(capped, _)| *capped == name)
+}
+
 /// Replaces the session's capped functions with versions that refuse outputs over `limits`.
 pub(crate) fn cap_functions(ctx: &SessionContext, limits: OutputLimits) {
     for (name, growth) in CAPPED {
