@@ -358,3 +358,54 @@ def test_the_differential_query_set_answers_alike_distributed(cluster: Cluster) 
         names, got = normalize_table(arrow_answer(url, DIFFERENTIAL_DB, q.sql, "on"))
         assert_rows_match(names, got, local_names, local_rows,
                           context=f"query {q.name} distributed:\n{q.sql}")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--role", "executor"], "role = executor works on the files of object_store_url"),
+    (["--role", "scheduler"], "role = scheduler works on the files of object_store_url"),
+    (["--role", "executor", "--object-store-url", "file:///tmp/quiver-cluster-test",
+      "--executor-addr", "0.0.0.0:50151"], "not an unspecified address"),
+    (["--role", "scheduler", "--object-store-url", "file:///tmp/quiver-cluster-test",
+      "--scheduler-addr", "no-port-here"], "scheduler_addr \"no-port-here\" is not HOST:PORT"),
+    (["--distributed", "sometimes"], "distributed"),
+])
+def test_bad_cluster_settings_are_clear_startup_errors(
+        spawn_quiver, tmp_path: Path, args: list[str], message: str) -> None:
+    server = spawn_quiver("--data-dir", str(tmp_path / "d"), *args, cwd=tmp_path, wait=False)
+    assert server.proc.wait(timeout=30) != 0
+    assert message in server.log(), server.log()
+
+
+def test_retention_and_the_buffer_decide_a_distributed_answer(cluster: Cluster) -> None:
+    """A database whose retention hides older rows, some rows persisted and some buffered:
+    the plan carries the cutoff and the buffered rows, so Ballista answers as the writer."""
+    url = cluster.writer.http_url
+    response = requests.post(f"{url}/api/v3/configure/database", timeout=30,
+                             json={"db": "recent", "retention_period": "1h"})
+    assert response.status_code in (200, 201, 204), response.text
+    now_ns = time.time_ns()
+    minute = 60 * 10**9
+
+    def lines(minutes_ago: range) -> str:
+        # half a minute off the minute: no row is near the cutoff while the test runs
+        return "\n".join(f"cpu,host=h{m % 4} usage={m} {now_ns - m * minute - minute // 2}"
+                         for m in minutes_ago)
+
+    write_ok(url, "recent", lines(range(30, 180)))   # 2.5 h back to 30 min ago
+    persist(url)
+    write_ok(url, "recent", lines(range(0, 30)))     # the last half hour, buffered
+    sql = "SELECT host, count(*) AS n, min(usage) AS low, max(usage) AS high FROM cpu " \
+          "GROUP BY host ORDER BY host"
+    local = rows_in(url, "recent", sql, "off")
+    # rows older than the hour are hidden: 0.5 to 59.5 minutes old are left
+    assert sum(r["n"] for r in local) == 60, local
+    assert max(r["high"] for r in local) == 59, local
+    assert rows_in(url, "recent", sql, "on") == local
+
+
+def rows_in(url: str, db: str, sql: str, distributed: str) -> list[dict[str, Any]]:
+    response = requests.get(f"{url}/api/v3/query_sql", timeout=60,
+                            headers={"Cache-Control": "no-cache"},
+                            params={"db": db, "q": sql, "distributed": distributed})
+    assert response.status_code == 200, f"{response.status_code} {response.text}"
+    return response.json()
