@@ -6,15 +6,18 @@ binary.
 
 1. The fixed cost of a distributed query: a query that reads almost nothing, local vs on
    Ballista (median of RUNS, alternating).
-2. Scans of ROWS rows (aggregates by host, by hour, by region; a top-k): local vs on Ballista,
-   alternating, the result cache off.
-3. Per stage of each distributed query: its tasks and their times as the executors logged
-   them ("Finished task ... in X ms"), from which a larger cluster's time is projected (a
-   paper projection: each stage takes max(its longest task, its task time / cluster cores),
-   plus the fixed cost measured in 1).
+2. Scans of ROWS rows (aggregates by host, by hour, by region; a top-k), the result cache
+   off, alternating: on the writer as a user gets it (its chunk cache holds the files
+   decoded), on a query node with the chunk cache off (`chunk_cache_bytes = 0`: it reads the
+   Parquet files from the store every time, as the executors do: the baseline that isolates
+   what Ballista adds), and on Ballista.
+3. Per query on Ballista: its stages and their tasks' times as the executors logged them
+   ("Finished task ... in X ms"), and the executors' CPU time, from which a larger cluster's
+   time is projected (a paper projection: the fixed cost of 1 plus the executors' CPU time
+   divided among the cluster's cores; the scan stage, nearly all of it, splits by file).
 
     .venv/bin/python scripts/distributed-bench.py [--rows 10000000] [--files 10]
-        [--executors 1] [--runs 5]
+        [--executors 1] [--runs 5] [--partitions 0]
 
 Uses $CARGO_TARGET_DIR/release/quiver and the test virtualenv's moto_server; prints Markdown
 for BENCHMARKS.md.
@@ -88,6 +91,11 @@ def serve(tmp: Path, name: str, url: str, env: dict[str, str], *flags: str) -> s
                             stderr=subprocess.STDOUT)
 
 
+def cpu_seconds(proc: subprocess.Popen) -> float:
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def query(http: str, sql: str, distributed: str) -> float:
     """Milliseconds to answer `sql` (the answer read whole)."""
     started = time.perf_counter()
@@ -130,6 +138,10 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--executors", type=int, default=1)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="the writer's distributed_partitions (0: its default)")
+    parser.add_argument("--explain", action="store_true",
+                        help="print the distributed EXPLAIN of the first scan and stop")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -149,7 +161,8 @@ def main() -> None:
                        QUIVER_COMPACTION_ENABLED="false")
             http_port, flight_port, pg_port = free_ports(3)
             http = f"http://127.0.0.1:{http_port}"
-            procs.append(serve(tmp, "writer", url, env, "--http-addr", f"127.0.0.1:{http_port}",
+            writer_env = dict(env, QUIVER_DISTRIBUTED_PARTITIONS=str(args.partitions))
+            procs.append(serve(tmp, "writer", url, writer_env, "--http-addr", f"127.0.0.1:{http_port}",
                                "--flight-addr", f"127.0.0.1:{flight_port}",
                                "--pg-addr", f"127.0.0.1:{pg_port}"))
             wait_listening(http_port, "the writer")
@@ -158,52 +171,74 @@ def main() -> None:
             print(f"{args.rows} rows ({HOSTS} hosts) in {args.files} Parquet files in moto, "
                   f"loaded in {time.monotonic() - started:.0f} s; {args.executors} executor(s), "
                   f"{os.cpu_count()} cores\n")
+            node_http, node_flight, node_pg = free_ports(3)
+            node_url = f"http://127.0.0.1:{node_http}"
+            procs.append(serve(tmp, "node", url, dict(env, QUIVER_CHUNK_CACHE_BYTES="0"),
+                               "--role", "query", "--http-addr", f"127.0.0.1:{node_http}",
+                               "--flight-addr", f"127.0.0.1:{node_flight}",
+                               "--pg-addr", f"127.0.0.1:{node_pg}"))
+            wait_listening(node_http, "the query node")
+            node = procs[-1]
             procs.append(serve(tmp, "scheduler", url, env, "--role", "scheduler"))
             wait_listening(scheduler_port, "the scheduler")
-            logs = []
+            logs, executors = [], []
             for e in range(args.executors):
                 port = port_pair()
                 procs.append(serve(tmp, f"executor{e}", url, env, "--role", "executor",
                                    "--executor-addr", f"127.0.0.1:{port}"))
                 wait_listening(port, f"executor {e}")
                 logs.append(tmp / f"executor{e}.log")
+                executors.append(procs[-1])
             query(http, TINY, "on")  # executors registered and warm
+            if args.explain:
+                r = requests.get(f"{http}/api/v3/query_sql", timeout=600,
+                                 params={"db": DB, "q": f"EXPLAIN {SCANS[0]}",
+                                         "distributed": "on"})
+                print("\n".join(row["plan"] for row in r.json()))
+                return
 
-            print("| query | local ms | on Ballista ms | Ballista / local | stages: tasks, "
-                  "task ms sum (longest) |")
-            print("|---|---|---|---|---|")
+            print("| query | writer ms | query node, chunk cache off, ms (CPU ms) | "
+                  "Ballista ms (executor CPU ms) | Ballista / node | stage: task ms |")
+            print("|---|---:|---:|---:|---:|---|")
             projections = []
             fixed = None
             for sql in [TINY, *SCANS]:
                 query(http, sql, "off")
-                local, distributed, stages = [], [], {}
+                query(node_url, sql, "off")
+                local, uncached, distributed, stages = [], [], [], {}
+                node_cpu = executor_cpu = 0.0
                 for _ in range(args.runs):
                     local.append(query(http, sql, "off"))
+                    before = cpu_seconds(node)
+                    uncached.append(query(node_url, sql, "off"))
+                    node_cpu += cpu_seconds(node) - before
                     offsets = [log.stat().st_size for log in logs]
+                    before = sum(cpu_seconds(e) for e in executors)
                     distributed.append(query(http, sql, "on"))
                     time.sleep(0.3)  # the executors' last lines
+                    executor_cpu += sum(cpu_seconds(e) for e in executors) - before
                     stages = stage_times(logs, offsets)
-                l_ms, d_ms = statistics.median(local), statistics.median(distributed)
+                l_ms, u_ms, d_ms = (statistics.median(local), statistics.median(uncached),
+                                    statistics.median(distributed))
+                n_cpu, e_cpu = node_cpu * 1e3 / args.runs, executor_cpu * 1e3 / args.runs
                 if sql == TINY:
-                    fixed = d_ms - l_ms
-                described = "; ".join(
-                    f"{s}: {len(t)}, {sum(t):.0f} ({max(t):.0f})"
-                    for s, t in sorted(stages.items()))
-                print(f"| `{sql[:70]}` | {l_ms:.1f} | {d_ms:.1f} | {d_ms / l_ms:.2f}x | "
-                      f"{described} |")
-                projections.append((sql, l_ms, d_ms, stages))
+                    fixed = d_ms - u_ms
+                described = "; ".join(f"{s}: {', '.join(f'{x:.0f}' for x in t)}"
+                                      for s, t in sorted(stages.items()))
+                print(f"| `{sql[:70]}` | {l_ms:.1f} | {u_ms:.1f} ({n_cpu:.0f}) | "
+                      f"{d_ms:.1f} ({e_cpu:.0f}) | {d_ms / u_ms:.2f}x | {described} |")
+                projections.append((sql, d_ms, e_cpu))
 
-            print(f"\nfixed cost of a distributed query (TINY, Ballista - local): {fixed:.1f} ms")
-            print("\nPaper projection (not measured): each stage takes max(longest task, task "
-                  "time / cores), plus the fixed cost above")
-            print("\n| query | measured on Ballista ms | 4 executors x 8 cores | "
-                  "16 executors x 8 cores |")
-            print("|---|---|---|---|")
-            for sql, _l_ms, d_ms, stages in projections[1:]:
-                def projected(cores: int) -> float:
-                    return fixed + sum(max(max(t), sum(t) / cores) for t in stages.values())
-                print(f"| `{sql[:70]}` | {d_ms:.0f} | {projected(32):.0f} | "
-                      f"{projected(128):.0f} |")
+            print(f"\nfixed cost of a distributed query (the tiny query, Ballista - query "
+                  f"node): {fixed:.1f} ms")
+            print("\nPaper projection (not measured): the fixed cost plus the executors' CPU "
+                  "time spread over the cluster's cores")
+            print("\n| query | measured on Ballista ms (executor CPU ms) | 4 executors x 8 "
+                  "cores | 16 executors x 8 cores |")
+            print("|---|---:|---:|---:|")
+            for sql, d_ms, e_cpu in projections[1:]:
+                print(f"| `{sql[:70]}` | {d_ms:.0f} ({e_cpu:.0f}) | {fixed + e_cpu / 32:.0f} | "
+                      f"{fixed + e_cpu / 128:.0f} |")
         finally:
             for proc in reversed(procs):
                 proc.terminate()

@@ -65,6 +65,11 @@ pub struct QueryOptions {
     /// The estimated scan (bytes of Parquet files after pruning, plus buffered rows) from
     /// which `distributed = auto` runs a query on Ballista.
     pub distributed_min_scan_bytes: u64,
+    /// How many partitions a plan shipped to Ballista is planned with (DataFusion's
+    /// `target_partitions` there, about the most tasks its scan stage splits into); 0 (the
+    /// default): this server's `query_partitions`. Each task costs about 10 ms on top of its
+    /// work (BENCHMARKS.md): raise it towards the cluster's cores for scans that big.
+    pub distributed_partitions: usize,
     /// Where DataFusion Ballista's scheduler listens (`role = scheduler`), and where executors
     /// and the servers that send it queries find it: HOST:PORT.
     pub scheduler_addr: String,
@@ -89,6 +94,7 @@ impl Default for QueryOptions {
             max_sql_depth: 1000,
             distributed: Distributed::Off,
             distributed_min_scan_bytes: 1 << 30,
+            distributed_partitions: 0,
             scheduler_addr: "127.0.0.1:50050".into(),
             session_setup: Vec::new(),
         }
@@ -100,6 +106,15 @@ impl QueryOptions {
     pub fn partitions(&self) -> usize {
         match self.target_partitions {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// The parallelism of a plan shipped to Ballista: `distributed_partitions`, or
+    /// [`QueryOptions::partitions`] if 0.
+    pub fn distributed_partitions(&self) -> usize {
+        match self.distributed_partitions {
+            0 => self.partitions(),
             n => n,
         }
     }
@@ -136,6 +151,12 @@ impl QueryOptions {
                 "max_sql_bytes must be between 1 and {longest} (a long statement is parsed on \
                  a stack sized by its length), got {}",
                 self.max_sql_bytes
+            ));
+        }
+        if self.distributed_partitions > 4096 {
+            return Err(format!(
+                "distributed_partitions must be at most 4096 (0: query_partitions), got {}",
+                self.distributed_partitions
             ));
         }
         let most = statement_limits::MAX_SQL_DEPTH;

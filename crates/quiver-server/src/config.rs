@@ -567,6 +567,7 @@ mod tests {
             "max_sql_depth",
             "distributed",
             "distributed_min_scan_bytes",
+            "distributed_partitions",
             "scheduler_addr",
             "object_store_url",
             "role",

@@ -74,11 +74,12 @@ impl Decision {
     }
 }
 
-/// The session a plan shipped to Ballista is planned in: `state` without this server's own
+/// The session a plan shipped to Ballista is planned in: `state` with `partitions` as its
+/// parallelism (`distributed_partitions`), without this server's own
 /// physical rewrites (executors run DataFusion's operators and the codec's nodes only),
 /// without dynamic filters, without reused parts, and with scans reading every file from
 /// Parquet (this server's decoded columns are not the executors').
-pub(crate) fn distributed_state(state: &SessionState) -> SessionState {
+pub(crate) fn distributed_state(state: &SessionState, partitions: usize) -> SessionState {
     let local_only = [
         DictionaryGroupRule.name().to_string(),
         FirstRowsRule.name().to_string(),
@@ -96,6 +97,8 @@ pub(crate) fn distributed_state(state: &SessionState) -> SessionState {
     // a dynamic filter is shared state between operators of one process: it cannot cross a
     // stage boundary, and Ballista's re-planning of a stage refuses to swap a join that
     // carries one
+    // the cluster's parallelism, not this server's
+    state.config_mut().options_mut().execution.target_partitions = partitions;
     let optimizer = &mut state.config_mut().options_mut().optimizer;
     optimizer.enable_dynamic_filter_pushdown = false;
     optimizer.enable_join_dynamic_filter_pushdown = false;

@@ -29,11 +29,13 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// How long connecting to the scheduler may take before it counts as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How often a job's status is asked for at first; the interval doubles up to
-/// [`MAX_POLL_INTERVAL`].
-const FIRST_POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// The longest wait between two questions about a job's status.
-const MAX_POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// How often a job's status is asked for in its first [`FAST_POLLING`] (a short job's answer
+/// waits for the next question), then every [`SLOW_POLL_INTERVAL`].
+const FAST_POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// How long a job is asked about every [`FAST_POLL_INTERVAL`].
+const FAST_POLLING: Duration = Duration::from_secs(1);
+/// How often a longer job's status is asked for.
+const SLOW_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a job may wait without running (no executor takes it, or the scheduler no longer
 /// knows it) before the query fails.
 const NOT_RUNNING_LIMIT: Duration = Duration::from_secs(60);
@@ -181,8 +183,8 @@ impl Job {
     /// Waits for the job to end; the locations of its answer's partitions, in order.
     async fn finished(&self) -> Result<Vec<PartitionLocation>> {
         let mut scheduler = self.scheduler.clone();
-        let mut interval = FIRST_POLL_INTERVAL;
-        let mut not_running_since = std::time::Instant::now();
+        let submitted = std::time::Instant::now();
+        let mut not_running_since = submitted;
         loop {
             let status = scheduler
                 .get_job_status(GetJobStatusParams {
@@ -220,8 +222,11 @@ impl Job {
                 }
                 _ => {}
             }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(MAX_POLL_INTERVAL);
+            tokio::time::sleep(match submitted.elapsed() < FAST_POLLING {
+                true => FAST_POLL_INTERVAL,
+                false => SLOW_POLL_INTERVAL,
+            })
+            .await;
         }
     }
 }

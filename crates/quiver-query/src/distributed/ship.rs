@@ -55,7 +55,7 @@ pub(crate) async fn distribute(
             .map_err(QueryError::Distributed)?;
         return Ok(local(decision));
     }
-    let state = distributed_state(state);
+    let state = distributed_state(state, options.distributed_partitions());
     let optimized = state.optimize(logical)?;
     let schema = crate::engine::gap_filled_schema(schema, logical, &optimized)?;
     let (inner, explaining) = match optimized {
