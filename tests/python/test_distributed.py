@@ -409,3 +409,23 @@ def rows_in(url: str, db: str, sql: str, distributed: str) -> list[dict[str, Any
                             params={"db": db, "q": sql, "distributed": distributed})
     assert response.status_code == 200, f"{response.status_code} {response.text}"
     return response.json()
+
+
+def test_a_scheduler_killed_mid_job_is_a_503_and_the_node_stays_up(cluster: Cluster) -> None:
+    url = cluster.writer.http_url
+    outcome: dict[str, requests.Response] = {}
+    asking = threading.Thread(target=lambda: outcome.update(r=ask(url, HEAVY, "on")))
+    started = time.monotonic()
+    asking.start()
+    time.sleep(0.5)
+    assert cluster.scheduler is not None
+    cluster.scheduler.proc.send_signal(signal.SIGKILL)
+    asking.join(timeout=60)
+    assert not asking.is_alive(), "the query neither finished nor failed"
+    response = outcome["r"]
+    assert time.monotonic() - started > 0.5, "the query ended before the scheduler was killed"
+    assert response.status_code == 503, (response.status_code, response.text)
+    assert "Ballista scheduler" in response.text, response.text
+    # the node answers locally, and under auto (the scheduler is gone: it falls back)
+    expected = rows(url, QUERIES[1], "off")
+    assert same_rows(rows(url, QUERIES[1], "auto"), expected)

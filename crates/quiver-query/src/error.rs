@@ -159,8 +159,17 @@ fn innermost_resources(e: &DataFusionError) -> String {
     e.to_string()
 }
 
-/// The governor's verdict carried through DataFusion: a stopped query or a value too large.
+/// The governor's verdict carried through DataFusion: a stopped query or a value too large;
+/// or a Ballista scheduler or executor that stopped answering during a job.
 fn governance_error(error: &(dyn std::error::Error + 'static)) -> Option<QueryError> {
+    if let Some(job) = error.downcast_ref::<crate::distributed::JobError>() {
+        return job.unreachable().then(|| {
+            QueryError::Distributed(crate::distributed::DistributedError {
+                message: job.to_string(),
+                unavailable: true,
+            })
+        });
+    }
     if let Some(too_large) = error.downcast_ref::<ValueTooLarge>() {
         return Some(QueryError::ValueTooLarge(too_large.clone()));
     }

@@ -280,7 +280,7 @@ async fn fetch_partition(location: PartitionLocation) -> Result<SendableRecordBa
     )
     .await
     .map_err(|e| {
-        job_error(format!(
+        unreachable_error(format!(
             "connecting to the executor at {}:{port}: {e}",
             executor.host
         ))
@@ -299,20 +299,48 @@ async fn fetch_partition(location: PartitionLocation) -> Result<SendableRecordBa
 /// A job that failed, or that the scheduler or an executor could not be reached for: the
 /// server's fault (the statement planned here, so only running it failed).
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct JobError(String);
+#[error("{message}")]
+pub struct JobError {
+    message: String,
+    /// The scheduler or an executor did not answer (a retry may succeed).
+    unreachable: bool,
+}
+
+impl JobError {
+    /// True when the scheduler or an executor did not answer.
+    pub fn unreachable(&self) -> bool {
+        self.unreachable
+    }
+}
 
 /// `message` as a [`JobError`] in DataFusion's error.
 fn job_error(message: String) -> DataFusionError {
-    DataFusionError::External(Box::new(JobError(message)))
+    DataFusionError::External(Box::new(JobError {
+        message,
+        unreachable: false,
+    }))
 }
 
-/// A gRPC failure while `doing` something with the scheduler.
+/// `message` as a [`JobError`] of a node that did not answer.
+fn unreachable_error(message: String) -> DataFusionError {
+    DataFusionError::External(Box::new(JobError {
+        message,
+        unreachable: true,
+    }))
+}
+
+/// A gRPC failure while `doing` something with the scheduler: it did not answer, or it
+/// answered with an error.
 fn failed(doing: &str, status: tonic::Status) -> DataFusionError {
-    job_error(format!(
-        "{doing} on the Ballista scheduler: {}",
-        status.message()
-    ))
+    let message = format!("{doing} on the Ballista scheduler: {}", status.message());
+    // (a connection cut mid-call is `Unknown` "transport error"; the scheduler's own
+    // refusals are `Internal`, `InvalidArgument`, ...)
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown => {
+            unreachable_error(message)
+        }
+        _ => job_error(message),
+    }
 }
 
 /// A unique enough identifier: the process, the time and a counter.
@@ -339,4 +367,23 @@ pub(crate) fn job_settings(config: &datafusion::prelude::SessionConfig) -> Vec<(
         .filter(|entry| entry.key.starts_with("datafusion."))
         .filter_map(|entry| entry.value.map(|value| (entry.key, value)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_model::{Classify, ErrorKind};
+
+    use super::*;
+    use crate::QueryError;
+
+    #[test]
+    fn a_scheduler_that_stops_answering_is_unavailable_and_a_refusal_is_the_servers() {
+        let down = QueryError::from(failed("following the job", tonic::Status::unavailable("x")));
+        assert_eq!(down.kind(), ErrorKind::Unavailable, "{down}");
+        assert!(down.to_string().contains("following the job"), "{down}");
+        let refused = QueryError::from(failed("submitting", tonic::Status::internal("boom")));
+        assert_eq!(refused.kind(), ErrorKind::Internal, "{refused}");
+        let failed_job = QueryError::from(job_error("Ballista job 1 failed: x".into()));
+        assert_eq!(failed_job.kind(), ErrorKind::Internal, "{failed_job}");
+    }
 }
