@@ -29,7 +29,6 @@ import argparse
 import collections
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 from object_store_lib import MotoServer, quiver_environment  # noqa: E402
-from quiver_testlib import free_ports  # noqa: E402
+from quiver_testlib import free_ports, listening, port_pair  # noqa: E402
 
 RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "quiver"
 DB = "bench"
@@ -61,25 +60,11 @@ TASK = re.compile(r"Finished task : \[TID (\S+?)/(\d+)\.\d+/\d+\.\d+\] in ([\d.]
 UNIT_MS = {"µs": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def port_pair() -> int:
-    """A free port whose successor is free too (an executor takes both)."""
-    while True:
-        (port,) = free_ports(1)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-
-
 def wait_listening(port: int, what: str) -> None:
     for _ in range(600):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
+        if listening(port):
+            return
+        time.sleep(0.1)
     raise RuntimeError(f"{what} did not start")
 
 

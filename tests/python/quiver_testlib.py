@@ -73,6 +73,29 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def port_pair() -> int:
+    """A free port whose successor is free too (a Ballista executor takes both)."""
+    for _ in range(50):
+        (port,) = free_ports(1)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port`` (a server without
+    ``/health``, such as a Ballista scheduler or executor)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """Return the last ``lines`` lines of a log file (or a note if it is missing)."""
     try:

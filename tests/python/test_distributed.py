@@ -10,7 +10,6 @@ HTTP, PostgreSQL and Flight SQL; a scheduler that is down makes ``auto`` answer 
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -24,8 +23,9 @@ import requests
 
 from object_store_lib import (HOSTS, POINTS, MotoServer, cpu_lines, mem_lines,
                              quiver_environment, usage)
-from quiver_testlib import (assert_rows_match, free_ports, normalize_table, persist,
-                            unique_name, values_equal, wait_until, write_ok)
+from quiver_testlib import (assert_rows_match, free_ports, listening, normalize_table,
+                            persist, port_pair, unique_name, values_equal, wait_until,
+                            write_ok)
 from test_differential import DB as DIFFERENTIAL_DB
 from test_differential import QUERIES as DIFFERENTIAL_QUERIES
 from test_differential import generate_dataset, write_batches
@@ -83,27 +83,6 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
     yield server
     server.stop()
-
-
-def port_pair() -> int:
-    """A free port whose successor is free too (an executor takes both)."""
-    for _ in range(50):
-        (port,) = free_ports(1)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
-
-
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class Cluster:

@@ -17,7 +17,6 @@ mod decide;
 mod job;
 mod ship;
 
-use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -59,12 +58,6 @@ impl Distributed {
             Distributed::Auto => "auto",
             Distributed::On => "on",
         }
-    }
-}
-
-impl fmt::Display for Distributed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
