@@ -65,10 +65,12 @@ const PART_COLUMN: &str = "__quiver_part";
 /// for the query (writes in between make them disagree).
 const CONSISTENT_READ_ATTEMPTS: usize = 3;
 
-/// The aggregate whose rows a query's parts hold (see [`super::rule`]).
+/// The aggregate (or the rows of a plain scan) whose rows a query's parts hold (see
+/// [`super::rule`]).
 #[derive(Debug)]
 pub(crate) struct PartsShape {
-    /// The grouping expressions (columns unqualified), aliased to the parts' group columns.
+    /// The grouping expressions (columns unqualified), aliased to the parts' group columns;
+    /// for [`PartValues::Rows`], the table's columns the query reads.
     pub(crate) group: Vec<Expr>,
     /// What a part holds per group.
     pub(crate) values: PartValues,
@@ -98,6 +100,12 @@ pub(crate) enum PartValues {
         /// The bucket.
         bucket: TimeBucket,
     },
+    /// The table's rows themselves (a plain scan of a time range): the columns in `group`,
+    /// every row in the part its time falls in.
+    Rows {
+        /// The position of `time` among the columns.
+        time_column: usize,
+    },
 }
 
 impl PartsShape {
@@ -121,6 +129,7 @@ impl PartsShape {
                     .aggregate(self.group.clone(), aggregates.clone())?
                     .build()
             }
+            PartValues::Rows { .. } => return builder.project(self.group.clone())?.build(),
             PartValues::States { states, .. } => states,
         };
         let mut group = self.group.clone();
@@ -146,6 +155,10 @@ impl PartsShape {
         match &self.values {
             PartValues::Final { bucket_column, .. } => PartOf::Bucket {
                 column: *bucket_column,
+                width,
+            },
+            PartValues::Rows { time_column } => PartOf::Bucket {
+                column: *time_column,
                 width,
             },
             PartValues::States { .. } => PartOf::Column(self.group.len()),
@@ -177,7 +190,7 @@ impl PartsShape {
     fn nested_bucket(&self) -> Option<TimeBucket> {
         match &self.values {
             PartValues::Final { bucket, .. } => Some(*bucket),
-            PartValues::States { .. } => None,
+            PartValues::States { .. } | PartValues::Rows { .. } => None,
         }
     }
 
@@ -186,6 +199,7 @@ impl PartsShape {
         match &self.values {
             PartValues::Final { bucket, .. } => Some(bucket.width),
             PartValues::States { bucket_width, .. } => *bucket_width,
+            PartValues::Rows { .. } => None,
         }
     }
 
