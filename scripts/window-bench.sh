@@ -5,8 +5,8 @@
 # Starts a release Quiver on its defaults (result cache on, parts reused) on an empty data
 # directory and runs quiver-windowbench against it: 100 hosts, then 1,000 hosts, a 6-hour
 # window in 1-minute buckets per host, refreshed after every ten seconds of new points, answers
-# as JSON and as Arrow IPC, a "top 5 host-minutes" panel over the same window, and plain scans
-# of the window's raw points; every cached answer is checked against the answer computed whole.
+# as JSON and as Arrow IPC, and a "top 5 host-minutes" panel over the same window; every cached
+# answer is checked against the answer computed whole.
 #
 # Build first: cargo build --release -p quiver-server -p quiver-bench
 # Usage: scripts/window-bench.sh [REFRESHES=60]
@@ -25,11 +25,4 @@ for hosts in 100 1000; do
     done
     $BIN/quiver-windowbench --quiver-url "http://$QUIVER" --hosts "$hosts" \
         --refreshes "$REFRESHES" --db "dashboard_$hosts" --panel top
-    # plain scans: one host's raw points, and (100 hosts only) every host's
-    $BIN/quiver-windowbench --quiver-url "http://$QUIVER" --hosts "$hosts" \
-        --refreshes "$REFRESHES" --db "dashboard_$hosts" --panel points
-    if [ "$hosts" = 100 ]; then
-        $BIN/quiver-windowbench --quiver-url "http://$QUIVER" --hosts "$hosts" \
-            --refreshes "$REFRESHES" --db "dashboard_$hosts" --panel all-points
-    fi
 done

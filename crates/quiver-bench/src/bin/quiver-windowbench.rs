@@ -44,10 +44,8 @@ struct Args {
     #[arg(long, default_value = "json")]
     format: String,
     /// The panel: `series` (every host's minutes, ordered: the answer is hosts x 360 rows),
-    /// `top` (the five busiest host-minutes of the window), `points` (one host's raw points,
-    /// a plain scan: 2,160 rows for 6 h), `all-points` (every host's raw points), or, to see
-    /// where the time goes, `unordered` (`series` without its ORDER BY) and `count` (only how
-    /// many host-minutes).
+    /// `top` (the five busiest host-minutes of the window), or, to see where the time goes,
+    /// `unordered` (`series` without its ORDER BY) and `count` (only how many host-minutes).
     #[arg(long, default_value = "series")]
     panel: String,
     /// The database (dropped first if it exists).
@@ -186,17 +184,7 @@ fn dashboard_query(clock: i64, window_hours: i64, panel: &str) -> String {
         rfc3339(clock - window_hours * 3600),
         rfc3339(clock)
     );
-    let points = |hosts: &str| {
-        format!(
-            "SELECT time, hostname, usage_user, usage_system FROM cpu WHERE {hosts}time >= '{}' \
-             AND time < '{}' ORDER BY time, hostname",
-            rfc3339(clock - window_hours * 3600),
-            rfc3339(clock)
-        )
-    };
     match panel {
-        "points" => points("hostname = 'host_7' AND "),
-        "all-points" => points(""),
         "top" => format!("SELECT * FROM ({minutes}) ORDER BY avg_user DESC, t, hostname LIMIT 5"),
         "unordered" => minutes,
         "count" => format!("SELECT count(*) AS minutes FROM ({minutes})"),

@@ -16,13 +16,6 @@
 //! The aggregate becomes a [`ReusedParts`] scan (under the merging aggregate in the second
 //! case), and a projection gives the result the original names. It runs after the rollup
 //! router: an aggregate answered from a rollup reads no table directly and is left alone.
-//!
-//! A plain scan of a time range qualifies too: a statement that is a `Filter` over one Quiver
-//! table under nothing but projections and sorts without a limit (`SELECT time, host, usage
-//! FROM cpu WHERE time >= now() - INTERVAL '1 hour' AND host = 'a' ORDER BY time`), its
-//! filter as above. Its parts hold the table's rows themselves, only the columns the
-//! statement reads. A `LIMIT` keeps the table scan, which reads only the rows it needs.
-//!
 //! It is on only for queries the result cache lets reuse parts (`quiver.reuse_parts`).
 
 use std::collections::BTreeSet;
@@ -30,19 +23,14 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, TableReference};
-use datafusion::datasource::{provider_as_source, source_as_provider};
+use datafusion::common::TableReference;
+use datafusion::datasource::provider_as_source;
 use datafusion::error::Result;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
-use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{
-    col, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Sort, Volatility,
-};
+use datafusion::logical_expr::{col, Expr, LogicalPlan, LogicalPlanBuilder, Volatility};
 use datafusion::optimizer::AnalyzerRule;
-use quiver_model::schema::TIME_COLUMN;
 
 use super::scan::{nests_in_parts, PartValues, PartsShape, ReusedParts};
-use crate::provider::QuiverTable;
 use crate::rollup::definition::{strip_alias, Derivable, TimeBucket};
 use crate::rollup::route::{is_time_predicate, renamed_like, QueryShape};
 use crate::rollup::RoutingSettings;
@@ -66,8 +54,8 @@ impl AnalyzerRule for PartsReuseRule {
         if !enabled {
             return Ok(plan);
         }
-        let plan = plan.transform_up_with_subqueries(reuse_parts)?.data;
-        reuse_rows(plan, &mut BTreeSet::new())
+        plan.transform_up_with_subqueries(reuse_parts)
+            .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -97,95 +85,6 @@ fn reuse_parts(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         plan.build()?,
         &aggregate.schema,
     )?))
-}
-
-/// `node` with a plain scan of a time range under it (only projections and sorts without a
-/// limit between) replaced by parts holding its rows (module docs); `used` collects the
-/// columns the nodes above read.
-fn reuse_rows(node: LogicalPlan, used: &mut BTreeSet<String>) -> Result<LogicalPlan> {
-    match &node {
-        LogicalPlan::Projection(_) | LogicalPlan::Sort(Sort { fetch: None, .. }) => {
-            for expr in node.expressions() {
-                used.extend(expr.column_refs().into_iter().map(|c| c.name.clone()));
-            }
-            Ok(node
-                .map_children(|child| reuse_rows(child, used).map(Transformed::yes))?
-                .data)
-        }
-        LogicalPlan::Filter(filter) => Ok(rows_of(filter, used)?.unwrap_or(node)),
-        _ => Ok(node),
-    }
-}
-
-/// Parts holding the rows `filter` passes of the table it reads, the columns in `used` (and
-/// `time`), named as the filter names them; `None` if it does not qualify.
-fn rows_of(filter: &Filter, used: &BTreeSet<String>) -> Result<Option<LogicalPlan>> {
-    let LogicalPlan::TableScan(scan) = filter.input.as_ref() else {
-        return Ok(None);
-    };
-    if scan.fetch.is_some() {
-        return Ok(None);
-    }
-    let Some(table) = source_as_provider(&scan.source)
-        .ok()
-        .and_then(|provider| provider.downcast_ref::<QuiverTable>().cloned())
-    else {
-        return Ok(None);
-    };
-    let mut conjuncts: Vec<Expr> = split_conjunction(&filter.predicate)
-        .into_iter()
-        .cloned()
-        .collect();
-    conjuncts.extend(scan.filters.iter().cloned());
-    let Some((time, filter_conjuncts)) = split_filter(&conjuncts) else {
-        return Ok(None);
-    };
-    let columns: Vec<(Option<TableReference>, String)> = filter
-        .input
-        .schema()
-        .iter()
-        .filter(|(_, field)| field.name() == TIME_COLUMN || used.contains(field.name()))
-        .map(|(qualifier, field)| (qualifier.cloned(), field.name().clone()))
-        .collect();
-    let Some(time_column) = columns.iter().position(|(_, name)| name == TIME_COLUMN) else {
-        return Ok(None);
-    };
-    let shape = PartsShape {
-        group: columns
-            .iter()
-            .map(|(_, name)| Expr::Column(Column::from_name(name)))
-            .collect(),
-        values: PartValues::Rows { time_column },
-        filter: filter_conjuncts,
-        time,
-    };
-    let name = table.table().name().to_string();
-    let parts = ReusedParts::new(table, shape)?;
-    let reference = TableReference::bare(format!("parts:{name}"));
-    let named = columns
-        .into_iter()
-        .map(|(qualifier, name)| col(Column::from_name(&name)).alias_qualified(qualifier, name));
-    let plan = LogicalPlanBuilder::scan(reference, provider_as_source(Arc::new(parts)), None)?
-        .project(named)?
-        .build()?;
-    Ok(Some(plan))
-}
-
-/// `conjuncts` (qualified) as the conditions on `time` and the other row conditions, columns
-/// unqualified; `None` if one is neither, or none is on `time`.
-fn split_filter(conjuncts: &[Expr]) -> Option<(Vec<Expr>, Vec<Expr>)> {
-    let (mut time, mut filter) = (Vec::new(), Vec::new());
-    for conjunct in conjuncts {
-        let plain = unnormalize_col(conjunct.clone());
-        if is_time_predicate(&plain) {
-            time.push(plain);
-        } else if row_local(&plain) {
-            filter.push(plain);
-        } else {
-            return None;
-        }
-    }
-    (!time.is_empty()).then_some((time, filter))
 }
 
 /// What the rule makes of a qualifying aggregate.
@@ -241,7 +140,20 @@ fn shape_of(query: &QueryShape) -> Option<Reusable> {
             (values, Some(merges))
         }
     };
-    let (time, filter) = split_filter(&query.conjuncts)?;
+    let (mut time, mut filter) = (Vec::new(), Vec::new());
+    for conjunct in &query.conjuncts {
+        let plain = unnormalize_col(conjunct.clone());
+        if is_time_predicate(&plain) {
+            time.push(plain);
+        } else if row_local(&plain) {
+            filter.push(plain);
+        } else {
+            return None;
+        }
+    }
+    if time.is_empty() {
+        return None;
+    }
     Some(Reusable {
         parts: PartsShape {
             group,

@@ -65,12 +65,10 @@ const PART_COLUMN: &str = "__quiver_part";
 /// for the query (writes in between make them disagree).
 const CONSISTENT_READ_ATTEMPTS: usize = 3;
 
-/// The aggregate (or the rows of a plain scan) whose rows a query's parts hold (see
-/// [`super::rule`]).
+/// The aggregate whose rows a query's parts hold (see [`super::rule`]).
 #[derive(Debug)]
 pub(crate) struct PartsShape {
-    /// The grouping expressions (columns unqualified), aliased to the parts' group columns;
-    /// for [`PartValues::Rows`], the table's columns the query reads.
+    /// The grouping expressions (columns unqualified), aliased to the parts' group columns.
     pub(crate) group: Vec<Expr>,
     /// What a part holds per group.
     pub(crate) values: PartValues,
@@ -100,12 +98,6 @@ pub(crate) enum PartValues {
         /// The bucket.
         bucket: TimeBucket,
     },
-    /// The table's rows themselves (a plain scan of a time range): the columns in `group`,
-    /// every row in the part its time falls in.
-    Rows {
-        /// The position of `time` among the columns.
-        time_column: usize,
-    },
 }
 
 impl PartsShape {
@@ -129,7 +121,6 @@ impl PartsShape {
                     .aggregate(self.group.clone(), aggregates.clone())?
                     .build()
             }
-            PartValues::Rows { .. } => return builder.project(self.group.clone())?.build(),
             PartValues::States { states, .. } => states,
         };
         let mut group = self.group.clone();
@@ -155,10 +146,6 @@ impl PartsShape {
         match &self.values {
             PartValues::Final { bucket_column, .. } => PartOf::Bucket {
                 column: *bucket_column,
-                width,
-            },
-            PartValues::Rows { time_column } => PartOf::Bucket {
-                column: *time_column,
                 width,
             },
             PartValues::States { .. } => PartOf::Column(self.group.len()),
@@ -190,7 +177,7 @@ impl PartsShape {
     fn nested_bucket(&self) -> Option<TimeBucket> {
         match &self.values {
             PartValues::Final { bucket, .. } => Some(*bucket),
-            PartValues::States { .. } | PartValues::Rows { .. } => None,
+            PartValues::States { .. } => None,
         }
     }
 
@@ -199,7 +186,6 @@ impl PartsShape {
         match &self.values {
             PartValues::Final { bucket, .. } => Some(bucket.width),
             PartValues::States { bucket_width, .. } => *bucket_width,
-            PartValues::Rows { .. } => None,
         }
     }
 
