@@ -60,7 +60,7 @@ use crate::dedup_exec::DeduplicateExec;
 use crate::plan_cache::ScansRead;
 use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
 use crate::tag_filter::keep_matching_tags;
-use crate::time_filter::{is_time_range, time_bounds, TimeBounds};
+use crate::time_filter::{is_time_range, TimeStretches};
 
 /// The URL of the object store that holds a durable store's files (storage's own,
 /// [`quiver_storage::Store::data_store`]), registered in the engine's runtime (see
@@ -297,7 +297,7 @@ impl QuiverTable {
             projected: &projected,
             projection,
             filters,
-            bounds: time_bounds(filters),
+            times: TimeStretches::of(filters),
             series_end: self.series_end.filter(|_| {
                 let tags = self.tag_columns();
                 filters.iter().all(|f| applied_exactly(f, &tags))
@@ -308,16 +308,16 @@ impl QuiverTable {
                 .get::<crate::rollup::RoutingSettings>()
                 .is_some_and(|routing| routing.ship_scans),
         };
-        let bounds = scan.bounds;
+        let times = &scan.times;
         let mut sources: Vec<(Source, (i64, i64))> = snapshot
             .files
             .iter()
             .map(|f| (f.entry.min_time_ns, f.entry.max_time_ns, f))
-            .filter(|(lo, hi, _)| bounds.overlaps(*lo, *hi))
+            .filter(|(lo, hi, _)| times.overlaps(*lo, *hi))
             .map(|(lo, hi, f)| (Source::File(f.clone()), (lo, hi)))
             .collect();
         if let Some((lo, hi)) = snapshot.buffer_time_range() {
-            if bounds.overlaps(lo, hi) {
+            if times.overlaps(lo, hi) {
                 sources.push((Source::Buffer, (lo, hi)));
             }
         }
@@ -376,8 +376,8 @@ struct Scan<'a> {
     projected: &'a SchemaRef,
     projection: Option<&'a Vec<usize>>,
     filters: &'a [Expr],
-    /// The time range `filters` allow.
-    bounds: TimeBounds,
+    /// The stretches of time `filters` allow.
+    times: TimeStretches,
     /// Only this end of each series is handed on, where series starts are known.
     series_end: Option<SeriesEnd>,
     /// Planned for Ballista's executors: files are read from Parquet only, never from this
@@ -524,7 +524,7 @@ impl Scan<'_> {
     fn buffer(&self) -> Result<Arc<dyn ExecutionPlan>> {
         // the query's columns only, before any rows are copied out
         let mut batches = Vec::new();
-        if narrows(self.filters, self.bounds) || self.series_end.is_some() {
+        if narrows(self.filters, &self.times) || self.series_end.is_some() {
             let starts = self.snapshot.buffer_series_starts().map_err(external)?;
             for (batch, starts) in self.snapshot.batches.iter().zip(starts) {
                 batches.extend(self.matching(&project_by_name(batch, self.projected)?, starts)?);
@@ -540,7 +540,7 @@ impl Scan<'_> {
     /// The parts of `batch` (sorted by series then time, its runs beginning at `starts`) that
     /// the scan's tag comparisons and time bounds can keep ([`crate::series_filter`]).
     fn matching(&self, batch: &RecordBatch, starts: &[usize]) -> Result<Vec<RecordBatch>> {
-        rows_in_matching_series(batch, starts, (self.filters, self.bounds), self.series_end)
+        rows_in_matching_series(batch, starts, (self.filters, &self.times), self.series_end)
     }
 
     /// A scan of `batches` (already of the query's columns), sliced into batches of the

@@ -23,7 +23,7 @@ use datafusion::logical_expr::Expr;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::tag_filter::{matching_codes, tag_comparison};
-use crate::time_filter::TimeBounds;
+use crate::time_filter::TimeStretches;
 
 /// Fewest rows a kept range should average for slices to be handed on as they are; below
 /// that, the kept rows are copied into one batch.
@@ -52,8 +52,8 @@ impl SeriesEnd {
 
 /// Whether `filters` hold anything a series-by-series scan narrows on: a tag comparison or
 /// a bound on `time`.
-pub(crate) fn narrows(filters: &[Expr], bounds: TimeBounds) -> bool {
-    bounds != TimeBounds::ALL
+pub(crate) fn narrows(filters: &[Expr], times: &TimeStretches) -> bool {
+    !times.is_all()
         || filters
             .iter()
             .flat_map(|f| split_conjunction(f))
@@ -68,7 +68,7 @@ pub(crate) fn narrows(filters: &[Expr], bounds: TimeBounds) -> bool {
 pub(crate) fn rows_in_matching_series(
     batch: &RecordBatch,
     starts: &[usize],
-    (filters, bounds): (&[Expr], TimeBounds),
+    (filters, stretches): (&[Expr], &TimeStretches),
     end_of_series: Option<SeriesEnd>,
 ) -> Result<Vec<RecordBatch>> {
     let rows = batch.num_rows();
@@ -90,12 +90,13 @@ pub(crate) fn rows_in_matching_series(
         .filter_map(tag_comparison)
         .filter_map(|(column, wanted)| matching_codes(batch, column, &wanted))
         .collect();
-    let times = (bounds != TimeBounds::ALL)
+    let times = (!stretches.is_all())
         .then(|| nanosecond_times(batch))
         .flatten();
     // a series' end is only its end among the rows the bounds keep: unless they can be
-    // applied here, every row goes on
-    let end_of_series = end_of_series.filter(|_| bounds == TimeBounds::ALL || times.is_some());
+    // applied here (as one range), every row goes on
+    let end_of_series = end_of_series
+        .filter(|_| stretches.is_all() || (times.is_some() && stretches.ranges().len() == 1));
     if tags.is_empty() && times.is_none() && end_of_series.is_none() {
         return Ok(vec![batch.clone()]);
     }
@@ -109,25 +110,34 @@ pub(crate) fn rows_in_matching_series(
         if !tags.iter().all(matches) {
             continue;
         }
-        let (from, to) = match times {
+        let slices: Vec<(usize, usize)> = match times {
             Some(times) => {
                 let series = &times[start..end];
-                (
-                    start + series.partition_point(|&t| t < bounds.min),
-                    start + series.partition_point(|&t| t <= bounds.max),
-                )
+                stretches
+                    .ranges()
+                    .iter()
+                    .map(|range| {
+                        (
+                            start + series.partition_point(|&t| t < range.min),
+                            start + series.partition_point(|&t| t <= range.max),
+                        )
+                    })
+                    .collect()
             }
-            None => (start, end),
+            None => vec![(start, end)],
         };
-        // (a run that splits a series keeps its own end: a superset of the series')
-        let (from, to) = match end_of_series {
-            Some(end) => end.keep(from, to),
-            None => (from, to),
-        };
-        match kept.last_mut() {
-            _ if from >= to => {}
-            Some((_, last_end)) if *last_end == from => *last_end = to,
-            _ => kept.push((from, to)),
+        for (from, to) in slices {
+            // (a run that splits a series keeps its own end: a superset of the series'; an
+            // end is only asked for with one slice per series)
+            let (from, to) = match end_of_series {
+                Some(end) => end.keep(from, to),
+                None => (from, to),
+            };
+            match kept.last_mut() {
+                _ if from >= to => {}
+                Some((_, last_end)) if *last_end == from => *last_end = to,
+                _ => kept.push((from, to)),
+            }
         }
     }
     Ok(match kept.as_slice() {
@@ -202,7 +212,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::time_filter::time_bounds;
+    use crate::time_filter::TimeStretches;
 
     /// Rows sorted by host then time: `series` of (host, number of rows), times 0, 10, 20...
     /// within each; `v` numbers the rows.
@@ -263,7 +273,8 @@ mod tests {
         end: Option<SeriesEnd>,
     ) -> (Vec<i64>, usize) {
         let parts =
-            rows_in_matching_series(batch, starts, (filters, time_bounds(filters)), end).unwrap();
+            rows_in_matching_series(batch, starts, (filters, &TimeStretches::of(filters)), end)
+                .unwrap();
         let rows = parts
             .iter()
             .flat_map(|b| {
@@ -399,6 +410,36 @@ mod tests {
                 }
                 prop_assert_eq!(kept_ends(&batch, &starts, &filters, Some(end)).0, ended);
             }
+        }
+
+        /// With stretches of time joined by `OR` (as routed and reused-parts scans compute a
+        /// window's ends), the rows kept are exactly those in one of them and in the bounds.
+        #[test]
+        fn kept_rows_are_the_rows_in_one_of_the_stretches(
+            series in proptest::collection::vec((0..4usize, 0..40usize), 1..12),
+            stretches in proptest::collection::vec((-10i64..400, 0i64..120), 1..5),
+            low in proptest::option::of(-10i64..400),
+        ) {
+            let names = ["a", "b", "c", "d"];
+            let series: Vec<(&str, usize)> = series.iter().map(|&(h, n)| (names[h], n)).collect();
+            let (batch, starts) = sorted(&series);
+            let alternatives = stretches.iter().map(|&(from, width)| {
+                col(TIME_COLUMN).gt_eq(at(from)).and(col(TIME_COLUMN).lt(at(from + width)))
+            });
+            let mut filters: Vec<Expr> = alternatives.reduce(Expr::or).into_iter().collect();
+            if let Some(low) = low {
+                filters.push(col(TIME_COLUMN).gt(at(low)));
+            }
+            let times = batch.column(1).as_primitive::<TimestampNanosecondType>();
+            let expected: Vec<i64> = (0..batch.num_rows())
+                .filter(|&i| {
+                    let t = times.value(i);
+                    low.is_none_or(|low| t > low)
+                        && stretches.iter().any(|&(from, width)| t >= from && t < from + width)
+                })
+                .map(|i| i as i64)
+                .collect();
+            prop_assert_eq!(&kept(&batch, &starts, &filters).0, &expected);
         }
     }
 }

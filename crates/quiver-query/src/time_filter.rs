@@ -1,9 +1,12 @@
 //! What a query's filters say about `time`: the range they allow ([`time_bounds`]), read from
-//! conjuncts comparing the `time` column with timestamp literals. Scans prune files and
-//! buffered rows with it; the rollup router splits a query's range with it.
+//! conjuncts comparing the `time` column with timestamp literals, and the disjoint stretches
+//! within it that a disjunction of ranges allows ([`time_pieces`]: the rows a routed or
+//! reused-parts query still computes, often a window's two ends). Scans prune files and
+//! buffered rows with them; the rollup router splits a query's range with the first.
 
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::utils::{split_binary, split_conjunction};
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 use quiver_model::schema::TIME_COLUMN;
 
@@ -40,6 +43,42 @@ impl TimeBounds {
             }
             _ => {}
         }
+    }
+}
+
+/// What a scan's filters let through of `time`: their bounds, and the pieces within them
+/// where the filters name any ([`time_pieces`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TimeStretches {
+    /// The range the filters allow.
+    pub(crate) bounds: TimeBounds,
+    /// The disjoint stretches of `bounds` they allow, ascending, if they say.
+    pieces: Option<Vec<TimeBounds>>,
+}
+
+impl TimeStretches {
+    /// What `filters` let through.
+    pub(crate) fn of(filters: &[Expr]) -> Self {
+        let bounds = time_bounds(filters);
+        let pieces = time_pieces(filters, bounds);
+        TimeStretches { bounds, pieces }
+    }
+
+    /// True if a row in `[lo, hi]` may pass.
+    pub(crate) fn overlaps(&self, lo: i64, hi: i64) -> bool {
+        self.ranges().iter().any(|range| range.overlaps(lo, hi))
+    }
+
+    /// The ranges rows may be in, ascending and disjoint.
+    pub(crate) fn ranges(&self) -> &[TimeBounds] {
+        self.pieces
+            .as_deref()
+            .unwrap_or(std::slice::from_ref(&self.bounds))
+    }
+
+    /// True if every time passes.
+    pub(crate) fn is_all(&self) -> bool {
+        self.ranges() == [TimeBounds::ALL]
     }
 }
 
@@ -144,6 +183,60 @@ pub(crate) fn timestamp_ns(expr: &Expr) -> Option<i64> {
     }
 }
 
+/// The stretches of `time` within `bounds` that a conjunct of `filters` made of ranges joined
+/// by `OR` allows (each range a conjunction of [`is_time_bound`]s, or `true` / `false`),
+/// ascending and disjoint; `None` if no conjunct is one (then `bounds` is all there is). An
+/// empty list allows no row.
+pub(crate) fn time_pieces(filters: &[Expr], bounds: TimeBounds) -> Option<Vec<TimeBounds>> {
+    let alternatives = filters
+        .iter()
+        .flat_map(|f| split_conjunction(f))
+        .find_map(|conjunct| match conjunct {
+            Expr::BinaryExpr(BinaryExpr {
+                op: Operator::Or, ..
+            }) => split_binary(conjunct, Operator::Or)
+                .into_iter()
+                .map(range_of)
+                .collect::<Option<Vec<_>>>(),
+            _ => None,
+        })?;
+    let mut pieces: Vec<TimeBounds> = alternatives
+        .into_iter()
+        .flatten()
+        .map(|piece| TimeBounds {
+            min: piece.min.max(bounds.min),
+            max: piece.max.min(bounds.max),
+        })
+        .filter(|piece| piece.min <= piece.max)
+        .collect();
+    pieces.sort_by_key(|piece| piece.min);
+    let mut joined: Vec<TimeBounds> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match joined.last_mut() {
+            Some(last) if piece.min <= last.max.saturating_add(1) => {
+                last.max = last.max.max(piece.max)
+            }
+            _ => joined.push(piece),
+        }
+    }
+    Some(joined)
+}
+
+/// The range one alternative of a disjunction allows: `Some(None)` for `false` (nothing),
+/// `None` if it is not made of time bounds alone.
+fn range_of(alternative: &Expr) -> Option<Option<TimeBounds>> {
+    let mut bounds = TimeBounds::ALL;
+    for conjunct in split_conjunction(alternative) {
+        match conjunct {
+            Expr::Literal(ScalarValue::Boolean(Some(true)), _) => {}
+            Expr::Literal(ScalarValue::Boolean(Some(false)), _) => return Some(None),
+            bound if is_time_bound(bound) => collect_bounds(bound, &mut bounds),
+            _ => return None,
+        }
+    }
+    Some(Some(bounds))
+}
+
 /// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
 pub(crate) fn is_time_range(expr: &Expr) -> bool {
     match expr {
@@ -202,5 +295,52 @@ mod tests {
             },
             "OR is not a bound"
         );
+    }
+
+    #[test]
+    fn time_pieces_from_disjunctions_of_ranges() {
+        let range = |lo: i64, hi: i64| col("time").gt_eq(ts(lo)).and(col("time").lt(ts(hi)));
+        let window = [
+            col("time").gt(ts(0)),
+            range(1, 10)
+                .or(range(50, 60))
+                .or(col("time").gt_eq(ts(100))),
+        ];
+        let bounds = time_bounds(&window);
+        let pieces = time_pieces(&window, bounds).unwrap();
+        assert_eq!(
+            pieces,
+            vec![
+                TimeBounds { min: 1, max: 9 },
+                TimeBounds { min: 50, max: 59 },
+                TimeBounds {
+                    min: 100,
+                    max: i64::MAX
+                }
+            ]
+        );
+        // pieces are cut to the bounds, joined where they touch; `false` allows nothing
+        let cut = [
+            col("time").lt(ts(55)),
+            range(1, 10)
+                .or(range(10, 20))
+                .or(range(50, 60))
+                .or(lit(false)),
+        ];
+        assert_eq!(
+            time_pieces(&cut, time_bounds(&cut)).unwrap(),
+            vec![
+                TimeBounds { min: 1, max: 19 },
+                TimeBounds { min: 50, max: 54 }
+            ]
+        );
+        assert_eq!(
+            time_pieces(&[lit(false).or(lit(false))], TimeBounds::ALL),
+            Some(vec![])
+        );
+        // an alternative that is not a time range: no pieces
+        let mixed = [range(1, 10).or(col("host").eq(lit("a")))];
+        assert_eq!(time_pieces(&mixed, TimeBounds::ALL), None);
+        assert_eq!(time_pieces(&[range(1, 10)], TimeBounds::ALL), None);
     }
 }

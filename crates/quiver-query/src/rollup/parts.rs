@@ -111,13 +111,18 @@ impl RollupParts {
         Ok(Some(builder.project(columns)?.build()?))
     }
 
-    /// The partial states of the raw rows in `uncovered`.
-    fn raw_plan(&self, uncovered: &Ranges) -> Result<LogicalPlan> {
+    /// The partial states of the raw rows in `uncovered` as of `snapshot` (the one the plan
+    /// noted). The scan reads only the rows of those ranges, not of their hull (the
+    /// disjunction is a [`crate::time_filter::time_pieces`]).
+    fn raw_plan(&self, uncovered: &Ranges, snapshot: &Arc<TableSnapshot>) -> Result<LogicalPlan> {
         let mut filter = self.filters.raw.clone();
         filter.extend(time_ranges(uncovered));
-        let source = provider_as_source(Arc::new(RawRows::of(self.base.clone())));
-        self.spec
-            .partial_plan(source, self.base.table().name(), conjunction(filter))
+        let rows = RawRows::pinned(self.base.clone(), snapshot.clone());
+        self.spec.partial_plan(
+            provider_as_source(Arc::new(rows)),
+            self.base.table().name(),
+            conjunction(filter),
+        )
     }
 }
 
@@ -236,7 +241,7 @@ impl TableProvider for RollupParts {
             true => None,
             false => self.kept_plan(rows, &covered)?,
         };
-        let mut builder = LogicalPlanBuilder::from(self.raw_plan(&raw)?);
+        let mut builder = LogicalPlanBuilder::from(self.raw_plan(&raw, &snapshot)?);
         if let Some(kept) = kept {
             builder = LogicalPlanBuilder::from(kept).union(builder.build()?)?;
         }
