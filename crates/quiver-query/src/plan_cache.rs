@@ -36,7 +36,9 @@
 //! - no operator of the plan consumes a dynamic filter made by another operator (a
 //!   `TopK`'s filter pushed into a scan), which resetting the operators' state cannot renew
 //!   (an aggregate's reset copy even shares its filter with the plan it was copied from), and
-//!   it runs no recursive query.
+//!   it runs no recursive query;
+//! - every check a scan left still holds ([`ScansRead::valid_while`]: a routed scan's rollup
+//!   has marked no bucket changed since it read which buckets the rollup covers).
 //!
 //! A kept physical plan holds the rows its scans read, so kept plans are few
 //! ([`MAX_PHYSICAL_PLANS`]), dropped as soon as their table is written to or its rows move
@@ -276,6 +278,7 @@ impl PlanCache {
                 table: table.clone(),
                 snapshot: Arc::downgrade(&snapshot),
                 evictions: self.physical.chunk_cache.evictions(),
+                checks: scans.checks.lock().clone(),
                 used: Instant::now(),
             },
         );
@@ -297,7 +300,12 @@ pub(crate) struct ScansRead {
     reads: Mutex<Vec<(Arc<Table>, Arc<TableSnapshot>)>>,
     /// Set by a scan whose plan must not be run again (module docs).
     unrepeatable: AtomicBool,
+    /// What must still hold for the plan to be run again, besides its snapshot.
+    checks: Mutex<Vec<ValidityCheck>>,
 }
+
+/// A condition a kept physical plan is run again under ([`ScansRead::valid_while`]).
+pub(crate) type ValidityCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl ScansRead {
     /// The record of the query being planned in `state`, if the engine keeps one.
@@ -308,6 +316,12 @@ impl ScansRead {
     /// Notes that a scan read `snapshot` of `table`.
     pub(crate) fn read(&self, table: &Arc<Table>, snapshot: &Arc<TableSnapshot>) {
         self.reads.lock().push((table.clone(), snapshot.clone()));
+    }
+
+    /// Notes that a scan's plan may be run again only while `check` holds (it read state
+    /// besides the table's snapshot that may change without a new snapshot).
+    pub(crate) fn valid_while(&self, check: ValidityCheck) {
+        self.checks.lock().push(check);
     }
 
     /// Notes that a scan's plan must not be run again: it reads Parquet, or rows the clock
@@ -389,6 +403,8 @@ struct KeptPhysical {
     snapshot: Weak<TableSnapshot>,
     /// The chunk cache's evictions when it was made.
     evictions: u64,
+    /// What its scans said must still hold.
+    checks: Vec<ValidityCheck>,
     /// When it was last run.
     used: Instant,
 }
@@ -414,16 +430,23 @@ impl PhysicalPlans {
     /// read and the chunk cache evicted nothing since; a stale plan is dropped. The lock is
     /// not held while the table makes its snapshot (after a write, that merges its buffer).
     fn get(&self, slot: &PlanSlot) -> Option<(Arc<dyn ExecutionPlan>, SchemaRef)> {
-        let (table, read, evictions) = {
+        let (table, read, evictions, checks) = {
             let plans = self.plans.lock();
             let kept = plans.get(&slot.key)?;
-            (kept.table.clone(), kept.snapshot.clone(), kept.evictions)
+            let checks = kept.checks.clone();
+            (
+                kept.table.clone(),
+                kept.snapshot.clone(),
+                kept.evictions,
+                checks,
+            )
         };
         // (a weak reference keeps its snapshot's address from being reused while it exists;
         // a retention period set since changes which rows a scan may see, not the snapshot)
         let fresh = slot.tables.iter().all(|(t, _)| Arc::ptr_eq(t, &table))
             && evictions == self.chunk_cache.evictions()
             && table.retention_cutoff_ns(i64::MAX).is_none()
+            && checks.iter().all(|holds| holds())
             && table
                 .snapshot()
                 .is_ok_and(|current| std::ptr::eq(Arc::as_ptr(&current), read.as_ptr()));

@@ -110,6 +110,8 @@ struct Inner {
     generation: u64,
     /// The `files_through_id` of the manifest last written.
     saved_through_id: u64,
+    /// How many times writes marked buckets changed.
+    marks: u64,
 }
 
 /// A rollup's state (see the module docs).
@@ -196,6 +198,13 @@ impl RollupState {
         let mut inner = self.inner.lock();
         inner.pending.insert(start, end);
         inner.pending_since.get_or_insert_with(Instant::now);
+        inner.marks += 1;
+    }
+
+    /// How many times writes have marked buckets changed ([`RollupState::coverage`] read
+    /// before a mark may cover a bucket that the marking write changed).
+    pub fn marks(&self) -> u64 {
+        self.inner.lock().marks
     }
 
     /// Takes the next pending chunk to recompute, and marks it as being recomputed: the

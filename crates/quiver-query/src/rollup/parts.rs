@@ -27,6 +27,7 @@ use quiver_storage::{Ranges, RollupState, TableSnapshot};
 
 use super::definition::RollupSpec;
 use super::route::QueryFilters;
+use crate::plan_cache::ScansRead;
 use crate::provider::{external, note_read, query_now_ns, QuiverTable};
 use crate::time_filter::{is_time_bound, time_bounds};
 
@@ -219,9 +220,15 @@ impl TableProvider for RollupParts {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let now_ns = query_now_ns(state);
         let table = self.base.table();
-        // the plan depends on this snapshot's rows, as a scan of the table does
-        let snapshot = table.snapshot().map_err(external)?;
-        note_read(state, table, &snapshot, now_ns);
+        // a write makes its rows visible, then marks the rollup's buckets it changed: counted
+        // before the coverage is read and the snapshot taken after, either the coverage has
+        // the write's mark or the plan is not run again once it has (the snapshot may already
+        // hold the write's rows, so the table alone cannot tell)
+        let marks = self.state.marks();
+        if let Some(scans) = ScansRead::of(state) {
+            let rollup = self.state.clone();
+            scans.valid_while(Arc::new(move || rollup.marks() == marks));
+        }
         // a kept plan may outlive its rollup: a dropped one is no longer kept up to date
         let range = match self.state.is_dropped() {
             true => None,
@@ -237,6 +244,9 @@ impl TableProvider for RollupParts {
             None => (Ranges::new(), Ranges::of(i64::MIN, i64::MAX), Vec::new()),
         };
         let (covered, raw, rows) = coverage;
+        // the plan depends on this snapshot's rows, as a scan of the table does
+        let snapshot = table.snapshot().map_err(external)?;
+        note_read(state, table, &snapshot, now_ns);
         let kept = match covered.is_empty() {
             true => None,
             false => self.kept_plan(rows, &covered)?,
