@@ -54,34 +54,51 @@ def environment_without_quiver_variables() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
 
 
+# every port handed out in this process: never handed out twice, so a port chosen for a server
+# started later (a Ballista scheduler named in a writer's flags) is not chosen again meanwhile
+# for another server of the same test (the kernel may offer a just-released port again)
+_HANDED_OUT: set[int] = set()
+
+
 def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now and were never
+    returned before in this process.
 
     All sockets are held open until every port is chosen, so the ports are
     distinct; another process may still grab one before the server binds it,
     which is an accepted (rare) race.
     """
     sockets = []
+    chosen: list[int] = []
     try:
-        for _ in range(count):
+        while len(chosen) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
             sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+            port = sock.getsockname()[1]
+            if port not in _HANDED_OUT:
+                chosen.append(port)
+            assert len(sockets) < count + 1000, "no free port left that was not handed out"
+        _HANDED_OUT.update(chosen)
+        return chosen
     finally:
         for sock in sockets:
             sock.close()
 
 
 def port_pair() -> int:
-    """A free port whose successor is free too (a Ballista executor takes both)."""
+    """A free port whose successor is free too (a Ballista executor takes both); neither is
+    handed out again."""
     for _ in range(50):
         (port,) = free_ports(1)
+        if port + 1 in _HANDED_OUT:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port + 1))
             except OSError:
                 continue
+        _HANDED_OUT.add(port + 1)
         return port
     raise RuntimeError("no two consecutive free ports")
 
