@@ -398,14 +398,41 @@ impl QueryEngine {
         mode: Distributed,
     ) -> Result<Distribution, QueryError> {
         let shared = self.store.shared_location();
+        let stored = self.stored_bytes(&analysis.tables);
         // (a panic while planning is the query's error, as in `plan`)
         let planned = guard_future("planning the query for Ballista", async {
-            let logical = logical_plan(&self.store, state, analysis, params).await?;
-            let schema = Arc::new(logical.schema().as_arrow().clone());
-            let shipping = (&self.options, shared);
-            Ok::<_, DataFusionError>(distribute(state, &logical, schema, mode, shipping).await)
+            let plan = || async {
+                let logical = logical_plan(&self.store, state, analysis, params).await?;
+                let schema = Arc::new(logical.schema().as_arrow().clone());
+                Ok::<_, DataFusionError>((logical, schema))
+            };
+            let shipping = (&self.options, shared, stored);
+            Ok::<_, DataFusionError>(distribute(state, plan, mode, shipping).await)
         });
         planned.await?
+    }
+
+    /// The bytes of every file and buffered row of `tables` (those that are tables of the
+    /// store): what a query over them scans at most.
+    fn stored_bytes(&self, tables: &[ScannedTable]) -> u64 {
+        let stored = |scanned: &ScannedTable| {
+            let table = self
+                .store
+                .database(&scanned.database)?
+                .table(&scanned.table)?;
+            let files: u64 = table
+                .snapshot()
+                .ok()?
+                .files
+                .iter()
+                .map(|file| file.entry.bytes)
+                .sum();
+            Some(files.saturating_add(table.buffered_bytes() as u64))
+        };
+        tables
+            .iter()
+            .filter_map(stored)
+            .fold(0, u64::saturating_add)
     }
 
     /// The physical plan of `analysis` (its placeholders bound to `params`) and its answer's

@@ -38,26 +38,32 @@ pub(crate) struct ShippedPlan {
     pub(crate) schema: SchemaRef,
 }
 
-/// Plans `logical` (a statement's unoptimized plan, whose answer has `schema`) in `mode` for
-/// Ballista; the query runs here when `auto` finds it small, its data unreachable by
+/// Plans a statement (`plan` gives its unoptimized plan and its answer's schema) in `mode`
+/// for Ballista; the query runs here when `auto` finds it small, its data unreachable by
 /// executors, its plan unable to travel, or no scheduler (logged). For `on`, each of those
-/// but the size is an error.
-pub(crate) async fn distribute(
+/// but the size is an error. `stored` is what the statement's tables hold: under `auto`'s
+/// threshold, it is not planned for Ballista at all (it is planned here next).
+pub(crate) async fn distribute<F, P>(
     state: &SessionState,
-    logical: &LogicalPlan,
-    schema: SchemaRef,
+    plan: P,
     mode: Distributed,
-    (options, shared): (&QueryOptions, Option<&str>),
-) -> Result<Distribution, QueryError> {
-    // what needs no plan: off, or data the executors cannot read
-    if mode == Distributed::Off || shared.is_none() {
-        let decision = Decision::of(mode, 0, options.distributed_min_scan_bytes, shared)
+    (options, shared, stored): (&QueryOptions, Option<&str>, u64),
+) -> Result<Distribution, QueryError>
+where
+    P: FnOnce() -> F,
+    F: std::future::Future<Output = datafusion::error::Result<(LogicalPlan, SchemaRef)>>,
+{
+    // what needs no plan: off, data the executors cannot read, or too little of it for auto
+    let small = mode == Distributed::Auto && stored < options.distributed_min_scan_bytes;
+    if mode == Distributed::Off || shared.is_none() || small {
+        let decision = Decision::of(mode, stored, options.distributed_min_scan_bytes, shared)
             .map_err(QueryError::Distributed)?;
         return Ok(local(decision));
     }
+    let (logical, schema) = plan().await?;
     let state = distributed_state(state, options.distributed_partitions());
-    let optimized = state.optimize(logical)?;
-    let schema = crate::engine::gap_filled_schema(schema, logical, &optimized)?;
+    let optimized = state.optimize(&logical)?;
+    let schema = crate::engine::gap_filled_schema(schema, &logical, &optimized)?;
     let (inner, explaining) = match optimized {
         LogicalPlan::Explain(explain) => (explain.plan.as_ref().clone(), true),
         LogicalPlan::Analyze(_) => {
