@@ -1,6 +1,7 @@
 """What the server benchmarks share: the release binaries, a server started on a data directory
 with settings as QUIVER_* variables (result cache off, automatic persistence effectively off),
-and timed queries over HTTP JSON (median of N runs after one warm-up)."""
+timed queries over HTTP JSON (median of N runs after one warm-up), the fleet data set of the
+object-storage benchmarks, and a process's CPU time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 # Release binaries: $CARGO_TARGET_DIR/release, else target/release.
 RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+# The Python test helpers (moto, free ports), which some benchmarks use too.
+TEST_HELPERS = ROOT / "tests" / "python"
 ADDR = "127.0.0.1:18089"
 URL = f"http://{ADDR}"
 TIMEOUT_S = 600
@@ -113,3 +116,33 @@ def timed_on(data_dir: str, db: str, queries: dict[str, str], runs: int,
         return timed_all(db, queries, runs)
     finally:
         stop(server)
+
+
+# The fleet data set: FLEET_HOSTS hosts writing `cpu` every ten seconds from FLEET_START_NS.
+FLEET_HOSTS = 100
+FLEET_START_NS = 1_709_251_200 * 10**9
+# Rows per write request while loading it.
+FLEET_CHUNK = 1_000_000
+
+
+def load_fleet(http: str, db: str, rows: int, files: int) -> None:
+    """Writes `rows` rows of the fleet into `db` at `http`, persisting after each `rows / files`
+    so that they land in `files` Parquet files."""
+    per_file = rows // files
+    for f in range(files):
+        for part in range(0, per_file, FLEET_CHUNK):
+            lines = "\n".join(
+                f"cpu,host=h{i % FLEET_HOSTS:03d},region=r{i % FLEET_HOSTS % 5} "
+                f"usage={(i * 37) % 1000 / 10} "
+                f"{FLEET_START_NS + (f * per_file + i) // FLEET_HOSTS * 10**9}"
+                for i in range(part, min(part + FLEET_CHUNK, per_file)))
+            r = requests.post(f"{http}/api/v3/write_lp", params={"db": db, "precision": "ns"},
+                              data=lines.encode(), timeout=TIMEOUT_S)
+            assert r.status_code == 204, r.text
+        requests.post(f"{http}/api/v3/persist", timeout=TIMEOUT_S).raise_for_status()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -38,16 +38,16 @@ from pathlib import Path
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "python"))
+from benchlib import FLEET_HOSTS as HOSTS, RELEASE as RELEASE_DIR, TEST_HELPERS, cpu_seconds
+from benchlib import load_fleet
 
+sys.path.insert(0, str(TEST_HELPERS))
 from object_store_lib import MotoServer, quiver_environment  # noqa: E402
 from quiver_testlib import free_ports, listening, port_pair  # noqa: E402
 
-RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "quiver"
+RELEASE = RELEASE_DIR / "quiver"
 DB = "bench"
-HOSTS = 100
-START_NS = 1_709_251_200 * 10**9
+
 TINY = "SELECT count(*) AS n FROM cpu WHERE host = 'h001' AND time < '2024-03-01T00:00:10Z'"
 SCANS = [
     "SELECT host, avg(usage) AS mean, max(usage) AS peak FROM cpu GROUP BY host ORDER BY host",
@@ -76,11 +76,6 @@ def serve(tmp: Path, name: str, url: str, env: dict[str, str], *flags: str) -> s
                             stderr=subprocess.STDOUT)
 
 
-def cpu_seconds(proc: subprocess.Popen) -> float:
-    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def query(http: str, sql: str, distributed: str) -> float:
     """Milliseconds to answer `sql` (the answer read whole)."""
     started = time.perf_counter()
@@ -88,21 +83,6 @@ def query(http: str, sql: str, distributed: str) -> float:
                      params={"db": DB, "q": sql, "distributed": distributed})
     r.raise_for_status()
     return (time.perf_counter() - started) * 1e3
-
-
-def load(http: str, rows: int, files: int) -> None:
-    per_file = rows // files
-    for f in range(files):
-        for part in range(0, per_file, 1_000_000):
-            lines = "\n".join(
-                f"cpu,host=h{i % HOSTS:03d},region=r{i % HOSTS % 5} "
-                f"usage={(i * 37) % 1000 / 10} "
-                f"{START_NS + (f * per_file + i) // HOSTS * 10**9}"
-                for i in range(part, min(part + 1_000_000, per_file)))
-            r = requests.post(f"{http}/api/v3/write_lp", params={"db": DB, "precision": "ns"},
-                              data=lines.encode(), timeout=600)
-            assert r.status_code == 204, r.text
-        requests.post(f"{http}/api/v3/persist", timeout=600).raise_for_status()
 
 
 def stage_times(logs: list[Path], offsets: list[int]) -> dict[int, list[float]]:
@@ -152,7 +132,7 @@ def main() -> None:
                                "--pg-addr", f"127.0.0.1:{pg_port}"))
             wait_listening(http_port, "the writer")
             started = time.monotonic()
-            load(http, args.rows, args.files)
+            load_fleet(http, DB, args.rows, args.files)
             print(f"{args.rows} rows ({HOSTS} hosts) in {args.files} Parquet files in moto, "
                   f"loaded in {time.monotonic() - started:.0f} s; {args.executors} executor(s), "
                   f"{os.cpu_count()} cores\n")
@@ -194,14 +174,14 @@ def main() -> None:
                 node_cpu = executor_cpu = 0.0
                 for _ in range(args.runs):
                     local.append(query(http, sql, "off"))
-                    before = cpu_seconds(node)
+                    before = cpu_seconds(node.pid)
                     uncached.append(query(node_url, sql, "off"))
-                    node_cpu += cpu_seconds(node) - before
+                    node_cpu += cpu_seconds(node.pid) - before
                     offsets = [log.stat().st_size for log in logs]
-                    before = sum(cpu_seconds(e) for e in executors)
+                    before = sum(cpu_seconds(e.pid) for e in executors)
                     distributed.append(query(http, sql, "on"))
                     time.sleep(0.3)  # the executors' last lines
-                    executor_cpu += sum(cpu_seconds(e) for e in executors) - before
+                    executor_cpu += sum(cpu_seconds(e.pid) for e in executors) - before
                     stages = stage_times(logs, offsets)
                 l_ms, u_ms, d_ms = (statistics.median(local), statistics.median(uncached),
                                     statistics.median(distributed))

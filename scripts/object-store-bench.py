@@ -34,16 +34,15 @@ from pathlib import Path
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "python"))
+from benchlib import FLEET_HOSTS as HOSTS, FLEET_START_NS as START_NS, RELEASE as RELEASE_DIR
+from benchlib import TEST_HELPERS, cpu_seconds, load_fleet
 
+sys.path.insert(0, str(TEST_HELPERS))
 from object_store_lib import MotoServer, Proxy, quiver_environment  # noqa: E402
 from quiver_testlib import free_ports  # noqa: E402
 
-RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "quiver"
+RELEASE = RELEASE_DIR / "quiver"
 DB = "bench"
-HOSTS = 100
-START_NS = 1_709_251_200 * 10**9
 MIX = [
     "SELECT host, avg(usage) AS mean, max(usage) AS peak FROM cpu GROUP BY host",
     "SELECT date_bin(INTERVAL '1 hour', time) AS hour, avg(usage) AS mean FROM cpu "
@@ -84,8 +83,7 @@ class Node:
         return r.json()
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def catalog_version(self) -> int:
         return requests.get(f"{self.url}/health", timeout=5).json()["catalog_version"]
@@ -93,19 +91,6 @@ class Node:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
-
-
-def load(writer: Node, rows: int, files: int) -> None:
-    per_file = rows // files
-    for f in range(files):
-        lines = "\n".join(
-            f"cpu,host=h{i % HOSTS:03d},region=r{i % HOSTS % 5} usage={(i * 37) % 1000 / 10} "
-            f"{START_NS + (f * per_file + i) // HOSTS * 10**9}"
-            for i in range(per_file))
-        r = requests.post(f"{writer.url}/api/v3/write_lp", params={"db": DB, "precision": "ns"},
-                          data=lines.encode(), timeout=600)
-        assert r.status_code == 204, r.text
-        requests.post(f"{writer.url}/api/v3/persist", timeout=600).raise_for_status()
 
 
 def timed(node: Node, proxy: Proxy, sql: str, runs: int) -> tuple[float, float]:
@@ -163,7 +148,7 @@ def main() -> None:
             url = "s3://bench/quiver"
             writer = Node(tmp_path / "writer", url, moto.endpoint)
             nodes.append(writer)
-            load(writer, args.rows, args.files)
+            load_fleet(writer.url, DB, args.rows, args.files)
             cached = Node(tmp_path / "q1", url, proxy.endpoint, role="query")
             uncached = Node(tmp_path / "q2", url, proxy.endpoint, role="query",
                             chunk_cache_bytes="0")
