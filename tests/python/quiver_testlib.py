@@ -86,6 +86,12 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def reserve_ports(ports: tuple[int, ...]) -> None:
+    """Never hand out ``ports`` from ``free_ports`` (a test about to start servers on fixed
+    ports, such as the defaults, inside the range the kernel hands out)."""
+    _HANDED_OUT.update(ports)
+
+
 def port_pair() -> int:
     """A free port whose successor is free too (a Ballista executor takes both); neither is
     handed out again."""

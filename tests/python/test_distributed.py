@@ -24,8 +24,8 @@ import requests
 from object_store_lib import (HOSTS, POINTS, MotoServer, cpu_lines, mem_lines,
                              quiver_environment, usage)
 from quiver_testlib import (assert_rows_match, free_ports, listening, normalize_table,
-                            persist, port_pair, unique_name, values_equal, wait_until,
-                            write_ok)
+                            persist, port_pair, ports_free, reserve_ports, unique_name,
+                            values_equal, wait_until, write_ok)
 from test_differential import DB as DIFFERENTIAL_DB
 from test_differential import QUERIES as DIFFERENTIAL_QUERIES
 from test_differential import generate_dataset, write_batches
@@ -232,6 +232,40 @@ def test_a_low_threshold_sends_auto_queries_to_ballista(
     assert "Distributed execution: on Ballista (distributed = auto" in plan, plan
     assert "at least distributed_min_scan_bytes (1)" in plan, plan
     assert same_rows(rows(writer.http_url, QUERIES[2]), rows(writer.http_url, QUERIES[2], "off"))
+
+
+# the cluster's default addresses: the scheduler, and an executor's two ports
+DEFAULT_CLUSTER_PORTS = (50050, 50051, 50052)
+
+
+def test_the_readme_cluster_commands_answer_on_their_default_addresses(
+        spawn_quiver, tmp_path: Path, moto: MotoServer) -> None:
+    """The README's cluster commands as written: a scheduler and an executor given no
+    address, and a writer told only `--distributed on`, find each other on the defaults."""
+    reserve_ports(DEFAULT_CLUSTER_PORTS)
+    # they lie in the range the kernel gives client connections: one that just closed holds
+    # its port for a minute (TIME_WAIT); anything holding one longer fails the test
+    wait_until(lambda: ports_free(DEFAULT_CLUSTER_PORTS), 90,
+               f"the default cluster ports {DEFAULT_CLUSTER_PORTS} free (stop whatever holds "
+               "them)")
+    bucket = unique_name("quiver").replace("-", "")
+    moto.create_bucket(bucket)
+    env = quiver_environment(moto.endpoint)
+
+    def node(name: str, *flags: str, wait: bool = True) -> Any:
+        (tmp_path / name).mkdir()
+        return spawn_quiver("--data-dir", str(tmp_path / name), "--object-store-url",
+                            f"s3://{bucket}/cluster", *flags, cwd=tmp_path, env=env, wait=wait)
+
+    writer = node("writer", "--distributed", "on")
+    load_dataset(writer.http_url)
+    node("scheduler", "--role", "scheduler", wait=False)
+    wait_until(lambda: listening(50050), 30, "the scheduler listening on 50050")
+    executor = node("executor", "--role", "executor", wait=False)
+    wait_until(lambda: listening(50051), 60, "the executor listening on 50051")
+    distributed = rows(writer.http_url, QUERIES[1])
+    assert same_rows(distributed, rows(writer.http_url, QUERIES[1], "off")), distributed
+    assert "Finished task" in executor.log(), "the executor ran no task"
 
 
 def test_a_scheduler_that_is_down_makes_auto_local_and_on_fail_clearly(
