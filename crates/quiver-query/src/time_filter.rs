@@ -183,10 +183,14 @@ pub(crate) fn timestamp_ns(expr: &Expr) -> Option<i64> {
     }
 }
 
+/// At most this many stretches are kept apart ([`time_pieces`]): a scan slices every series
+/// once per stretch, so a statement of thousands of `OR`-ed ranges reads their hull instead.
+const MAX_PIECES: usize = 64;
+
 /// The stretches of `time` within `bounds` that a conjunct of `filters` made of ranges joined
 /// by `OR` allows (each range a conjunction of [`is_time_bound`]s, or `true` / `false`),
-/// ascending and disjoint; `None` if no conjunct is one (then `bounds` is all there is). An
-/// empty list allows no row.
+/// ascending and disjoint; `None` if no conjunct is one (then `bounds` is all there is), or if
+/// there are more than [`MAX_PIECES`]. An empty list allows no row.
 pub(crate) fn time_pieces(filters: &[Expr], bounds: TimeBounds) -> Option<Vec<TimeBounds>> {
     let alternatives = filters
         .iter()
@@ -219,7 +223,7 @@ pub(crate) fn time_pieces(filters: &[Expr], bounds: TimeBounds) -> Option<Vec<Ti
             _ => joined.push(piece),
         }
     }
-    Some(joined)
+    (joined.len() <= MAX_PIECES).then_some(joined)
 }
 
 /// The range one alternative of a disjunction allows: `Some(None)` for `false` (nothing),
@@ -342,5 +346,18 @@ mod tests {
         let mixed = [range(1, 10).or(col("host").eq(lit("a")))];
         assert_eq!(time_pieces(&mixed, TimeBounds::ALL), None);
         assert_eq!(time_pieces(&[range(1, 10)], TimeBounds::ALL), None);
+        // too many stretches to slice every series by: the hull
+        let many = |n: i64| {
+            (0..n)
+                .map(|i| range(10 * i, 10 * i + 5))
+                .reduce(Expr::or)
+                .unwrap()
+        };
+        let most = time_pieces(&[many(MAX_PIECES as i64)], TimeBounds::ALL).unwrap();
+        assert_eq!(most.len(), MAX_PIECES);
+        assert_eq!(
+            time_pieces(&[many(MAX_PIECES as i64 + 1)], TimeBounds::ALL),
+            None
+        );
     }
 }

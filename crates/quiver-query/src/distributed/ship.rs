@@ -53,9 +53,10 @@ where
     P: FnOnce() -> F,
     F: std::future::Future<Output = datafusion::error::Result<(LogicalPlan, SchemaRef)>>,
 {
-    // what needs no plan: off, data the executors cannot read, or too little of it for auto
+    // what needs no plan: data the executors cannot read, or too little of it for auto (the
+    // engine asks nothing of `off`)
     let small = mode == Distributed::Auto && stored < options.distributed_min_scan_bytes;
-    if mode == Distributed::Off || shared.is_none() || small {
+    if shared.is_none() || small {
         let decision = Decision::of(mode, stored, options.distributed_min_scan_bytes, shared)
             .map_err(QueryError::Distributed)?;
         return Ok(local(decision));
