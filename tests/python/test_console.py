@@ -500,10 +500,10 @@ def test_upload_line_protocol_and_csv(spawn_quiver: Spawn, tmp_path: Path,
 def test_assets_are_embedded_revalidated_and_unknown_files_are_404(
         spawn_quiver: Spawn, tmp_path: Path) -> None:
     server = spawn_quiver("--data-dir", str(tmp_path / "data"), cwd=tmp_path)
-    script = requests.get(f"{server.http_url}/console/console.js", timeout=HTTP_TIMEOUT_S)
+    script = requests.get(f"{server.http_url}/console/main.js", timeout=HTTP_TIMEOUT_S)
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
     etag = script.headers["etag"]
-    again = requests.get(f"{server.http_url}/console/console.js",
+    again = requests.get(f"{server.http_url}/console/main.js",
                          headers={"If-None-Match": etag}, timeout=HTTP_TIMEOUT_S)
     assert again.status_code == 304 and again.content == b""
     for path in ("/console/nope.js", "/console/../Cargo.toml", "/console/%2e%2e/Cargo.toml",

@@ -1,7 +1,7 @@
-//! The web console: `GET /` and `GET /console/<file>` serve the console's page, script, style
-//! and its vendored libraries (uPlot for charts, Apache Arrow's JavaScript reader for answers),
-//! embedded in the binary at build time (`crates/quiver-http/console/`): no network, no CDN,
-//! no build step.
+//! The web console: `GET /` and `GET /console/<file>` serve the console's page, scripts (native
+//! ES modules, `main.js` the entry), style and its vendored libraries (uPlot for charts, Apache
+//! Arrow's JavaScript reader for answers), embedded in the binary at build time
+//! (`crates/quiver-http/console/`): no network, no CDN, no bundler, no build step.
 //!
 //! The assets hold no data and need no token: the console calls the same HTTP API as every
 //! client, with the token its user typed (kept for the browser tab only). Each asset carries an
@@ -34,10 +34,24 @@ macro_rules! asset {
     };
 }
 
-/// Every file the console is made of.
+/// Every file the console is made of (each module a script imports must be here: a missing one
+/// fails the whole page).
 const ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
-    asset!("console.js", "text/javascript; charset=utf-8"),
+    asset!("main.js", "text/javascript; charset=utf-8"),
+    asset!("api.js", "text/javascript; charset=utf-8"),
+    asset!("state.js", "text/javascript; charset=utf-8"),
+    asset!("login.js", "text/javascript; charset=utf-8"),
+    asset!("databases.js", "text/javascript; charset=utf-8"),
+    asset!("pages/query.js", "text/javascript; charset=utf-8"),
+    asset!("pages/server.js", "text/javascript; charset=utf-8"),
+    asset!("pages/upload.js", "text/javascript; charset=utf-8"),
+    asset!("cells.js", "text/javascript; charset=utf-8"),
+    asset!("charts.js", "text/javascript; charset=utf-8"),
+    asset!("csv.js", "text/javascript; charset=utf-8"),
+    asset!("arrow-encode.js", "text/javascript; charset=utf-8"),
+    asset!("time.js", "text/javascript; charset=utf-8"),
+    asset!("dom.js", "text/javascript; charset=utf-8"),
     asset!("console.css", "text/css; charset=utf-8"),
     asset!("vendor/uplot.min.js", "text/javascript; charset=utf-8"),
     asset!("vendor/uplot.min.css", "text/css; charset=utf-8"),
@@ -164,5 +178,54 @@ mod tests {
             );
         }
         assert!(!page.contains("http://") && !page.contains("https://"));
+    }
+
+    /// The console's scripts are ES modules the browser loads one by one: a module that
+    /// imports a file missing from [`ASSETS`] gets a 404 and the whole page stays dead.
+    #[test]
+    fn every_module_a_script_imports_is_embedded() {
+        let scripts = ASSETS
+            .iter()
+            .filter(|a| a.name.ends_with(".js") && !a.name.starts_with("vendor/"));
+        let mut imports = 0;
+        for script in scripts {
+            let text = std::str::from_utf8(script.bytes).expect("a script is UTF-8");
+            let dir = script.name.rsplit_once('/').map_or("", |(dir, _)| dir);
+            // `import … from '…';` on one line, or the `} from '…';` closing a longer one
+            for line in text.lines().filter(|l| {
+                (l.starts_with("import ") || l.starts_with("} from ") || l.starts_with("export "))
+                    && l.contains(" from ")
+            }) {
+                let specifier = line
+                    .rsplit(['\'', '"'])
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("{}: no module named in {line:?}", script.name));
+                assert!(
+                    specifier.starts_with("./") || specifier.starts_with("../"),
+                    "{}: {specifier:?} is not a relative path (no import map, no bundler)",
+                    script.name
+                );
+                let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+                for part in specifier.split('/') {
+                    match part {
+                        "." => {}
+                        ".." => assert!(
+                            parts.pop().is_some(),
+                            "{}: {specifier:?} leaves /console/",
+                            script.name
+                        ),
+                        name => parts.push(name),
+                    }
+                }
+                let name = parts.join("/");
+                assert!(
+                    ASSETS.iter().any(|a| a.name == name),
+                    "{} imports {specifier:?} ({name}), which is not embedded",
+                    script.name
+                );
+                imports += 1;
+            }
+        }
+        assert!(imports > 0, "the console's entry imports its modules");
     }
 }
