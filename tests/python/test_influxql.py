@@ -4,9 +4,9 @@ The same line protocol goes to Quiver (the session's server) and to InfluxDB 1.6
 ``influxdb``, started here: see ``influxdb_reference.py``); then a few hundred InfluxQL
 statements, hand-written corners plus generated combinations of aggregates, groupings, fills
 and conditions, go to both, and their JSON answers must be equal (floats within 1e-9
-relative). The deliberate differences (README, "InfluxQL") are asserted on their own below:
-a failing statement keeps its own error (1.6 overwrites it with "not executed"), and what
-Quiver does not support yet answers a clear per-statement error.
+relative). The deliberate differences (docs/protocols.md, "InfluxQL") are asserted on their
+own below: a failing statement keeps its own error (1.6 overwrites it with "not executed"), and
+what Quiver does not support yet answers a clear per-statement error.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ HAND_WRITTEN = [
     "SHOW RETENTION POLICIES",
     "SELECT * FROM cpu LIMIT 1; SELECT * FROM mem LIMIT 1",
     # mode(): 1.x's tie rule; distinct(): each bucket's values in the order first seen
-    # (mode()'s ties differ by design, see the README: these have none)
+    # (mode()'s ties differ by design, see docs/protocols.md: these have none)
     "SELECT mode(state), mode(up) FROM sensor",
     "SELECT mode(up) FROM sensor GROUP BY host",
     f"SELECT mode(state) FROM sensor WHERE {RANGE} AND host = 'h3' GROUP BY time(30m) "

@@ -5,7 +5,7 @@
 //! field values and time.
 //!
 //! The rate may only go up: the test fails below [`MINIMUM_AGREEMENT`]. Deliberate deviations
-//! are listed in the README ("Line protocol: deviations from the reference corpus").
+//! are listed in docs/protocols.md ("Line protocol: deviations from the reference corpus").
 
 use std::path::PathBuf;
 

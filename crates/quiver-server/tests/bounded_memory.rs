@@ -15,7 +15,7 @@ const MAX_BUFFER_BYTES: u64 = 16 << 20;
 /// request bodies in flight, and the transient copies a persist makes (merge and Parquet
 /// encoding of up to `persist_buffer_bytes`). Peaks of the whole process measured 113 MiB
 /// (2026-11-25), 116–118 MiB alone and 128–132 MiB beside the rest of the test suite
-/// (2026-11-26, 45 MiB at start); see README ("Memory"). With the chunk cache and merge
+/// (2026-11-26, 45 MiB at start); see docs/storage.md ("Memory"). With the chunk cache and merge
 /// allowance counted apart, peaks of 148–156 MiB alone and once 161 MiB in CI (a bound of
 /// 160 MiB then) left this baseline 1 MiB short: it allows 128 MiB. The load is 353 MiB of
 /// line protocol, so a buffer that did not bound memory ends far above the bound (checked:

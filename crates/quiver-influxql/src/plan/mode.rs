@@ -3,7 +3,7 @@
 //!
 //! InfluxDB 1.x breaks ties by where its unstable sort (Go's `sort.Sort` by value alone) happens
 //! to leave equal values, which depends on the order points arrive in: no rule to match. The
-//! smallest value is a rule a user can rely on (README, deliberate differences).
+//! smallest value is a rule a user can rely on (docs/protocols.md, deliberate differences).
 
 use std::sync::Arc;
 
