@@ -21,7 +21,7 @@ from conftest import SpawnedServer
 from quiver_testlib import HTTP_TIMEOUT_S, environment_without_quiver_variables, query_json
 
 Spawn = Callable[..., SpawnedServer]
-# `quiver write` sends about 4 MiB per request (crates/quiver-server/src/client/write.rs)
+# `quiver write` sends about 4 MiB per request (crates/quiver-client/src/cli/write.rs)
 CHUNK_BYTES = 4 << 20
 
 

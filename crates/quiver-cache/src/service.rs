@@ -18,8 +18,9 @@ use moka::sync::Cache;
 use parking_lot::Mutex;
 use quiver_influxql::ast::Statement as InfluxqlStatement;
 use quiver_model::AccessScope;
-use quiver_query::governance::{QueryControl, StopReason};
+use quiver_query::governance::StopReason;
 use quiver_query::reuse::{PartReuse, PartsReport};
+use quiver_query::QueryControl;
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
     ScannedTable,

@@ -14,7 +14,7 @@ use datafusion::common::ScalarValue;
 use quiver_cache::{
     AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict, MAX_ENCODINGS_PER_ENTRY,
 };
-use quiver_query::governance::QueryControl;
+use quiver_query::QueryControl;
 use quiver_query::QueryParams;
 
 fn config() -> CacheConfig {

@@ -88,7 +88,7 @@ use prost::Message;
 use quiver_auth::{Authenticator, Caller, Presented};
 use quiver_cache::{Answer, AnswerBody, QueryRequest, QueryService, Run};
 use quiver_model::{Classify, ErrorKind};
-use quiver_query::governance::{Protocol, QueryControl};
+use quiver_query::{QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryParams};
 use quiver_storage::Store;
 use serde::{Deserialize, Serialize};
@@ -495,7 +495,7 @@ fn control_for(caller: &Caller, metadata: &MetadataMap) -> Result<QueryControl, 
             )?),
         };
     Ok(QueryControl {
-        protocol: Protocol::Flight,
+        protocol: QueryProtocol::Flight,
         timeout,
         timeout_setting: "the gRPC deadline",
         grants: caller.read_grants(),
@@ -918,7 +918,7 @@ impl Prepared {
             scope: self.caller.scope().clone(),
             no_cache: false,
             control: QueryControl {
-                protocol: Protocol::Flight,
+                protocol: QueryProtocol::Flight,
                 grants: self.caller.read_grants(),
                 ..QueryControl::default()
             },

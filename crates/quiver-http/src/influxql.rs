@@ -28,7 +28,7 @@ use quiver_auth::Caller;
 use quiver_cache::{AnswerBody, Run, Verdict};
 use quiver_influxql::ast::Statement;
 use quiver_influxql::plan::{MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
-use quiver_query::governance::{Protocol, QueryControl};
+use quiver_query::{QueryControl, QueryProtocol};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -123,7 +123,7 @@ pub async fn query_v1(
         Err(e) => return v1_error(&request, &format!("error parsing query: {e}")),
     };
     let control = QueryControl {
-        protocol: Protocol::Http,
+        protocol: QueryProtocol::Http,
         timeout: None,
         timeout_setting: "query_timeout_secs",
         grants: caller.read_grants(),

@@ -307,7 +307,7 @@ fn record_layer_stats(app: &AppState) {
     gauge!("quiver_queries_queued").set((queries.len() - running) as f64);
     let governor = app.queries.engine().governor();
     gauge!("quiver_query_memory_reserved_bytes").set(governor.reserved_bytes() as f64);
-    if let Some(resident) = quiver_query::governance::system::resident_bytes() {
+    if let Some(resident) = quiver_model::machine::resident_bytes() {
         gauge!("quiver_process_resident_bytes").set(resident as f64);
     }
 }

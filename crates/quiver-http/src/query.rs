@@ -29,7 +29,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 use quiver_auth::Caller;
 use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest, Run};
-use quiver_query::governance::{Protocol, QueryControl};
+use quiver_query::{QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
 use serde_json::Value;
@@ -188,7 +188,7 @@ async fn run(
         scope: caller.scope().clone(),
         no_cache: asks_no_cache(headers),
         control: QueryControl {
-            protocol: Protocol::Http,
+            protocol: QueryProtocol::Http,
             timeout: timeout(request.timeout_secs)?,
             timeout_setting: "timeout_secs",
             grants: caller.read_grants(),

@@ -10,10 +10,13 @@
 //! [`DecodedTable`]: schema::DecodedTable
 
 mod error;
+pub mod machine;
 pub mod schema;
 mod scope;
 pub mod settings;
+mod time_bucket;
 
 pub use error::{Classify, ErrorKind};
 pub use scope::{AccessScope, Denied, ReadGrants, VisibleDatabases};
 pub use settings::RequestLimits;
+pub use time_bucket::{TimeBucket, MAX_QUERY_BUCKETS};

@@ -7,8 +7,9 @@
 //! `quiver.toml`); the server's configuration is those structs side by side, so a setting, its
 //! default and its documentation are written once, next to the code that uses it.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Bounds on one request, whatever protocol carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,29 +41,12 @@ impl RequestLimits {
     }
 }
 
-/// The memory this process may use: physical memory, or the cgroup's limit (`memory.max`,
-/// cgroup v2) when that is smaller; `None` if neither can be read.
-pub fn available_memory_bytes() -> Option<u64> {
-    let physical = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        });
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
-        .and_then(|limit| limit.trim().parse::<u64>().ok());
-    match (physical, cgroup) {
-        (Some(p), Some(c)) => Some(p.min(c)),
-        (p, c) => p.or(c),
-    }
-}
-
-/// `1 / divisor` of [`available_memory_bytes`], clamped to `min..=max` (`fallback` if the
-/// memory cannot be read): how the defaults of memory-sized settings are chosen.
+/// `1 / divisor` of [`crate::machine::available_memory_bytes`], clamped to `min..=max`
+/// (`fallback` if the memory cannot be read): how the defaults of memory-sized settings are
+/// chosen.
 pub fn share_of_memory(divisor: u64, min: u64, max: u64, fallback: u64) -> u64 {
-    available_memory_bytes().map_or(fallback, |bytes| (bytes / divisor).clamp(min, max))
+    crate::machine::available_memory_bytes()
+        .map_or(fallback, |bytes| (bytes / divisor).clamp(min, max))
 }
 
 /// A [`Duration`] as a whole number of seconds (`#[serde(with = "secs")]`).
@@ -130,7 +114,7 @@ mod tests {
         assert!((64 << 20..=8 << 30).contains(&share), "{share}");
         assert_eq!(
             share_of_memory(1, 5, 5, 7),
-            if available_memory_bytes().is_some() {
+            if crate::machine::available_memory_bytes().is_some() {
                 5
             } else {
                 7

@@ -41,9 +41,9 @@ use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use quiver_auth::{Authenticator, Caller};
 use quiver_cache::{AnswerBody, CachedAnswer, QueryService, Run};
-use quiver_query::governance::{Protocol, QueryControl};
 use quiver_query::statement_limits::parse_bounded;
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
+use quiver_query::{QueryControl, QueryProtocol};
 use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};
@@ -382,7 +382,7 @@ impl PgHandler {
     ) -> PgWireResult<Response> {
         let signal = session.cancel_signal();
         let control = QueryControl {
-            protocol: Protocol::Postgres,
+            protocol: QueryProtocol::Postgres,
             timeout: session.settings.statement_timeout(),
             timeout_setting: "statement_timeout",
             grants: session.caller.read_grants(),

@@ -14,8 +14,7 @@ use parking_lot::Mutex;
 use pgwire::api::auth::{DefaultServerParameterProvider, ServerParameterProvider};
 use pgwire::api::{ClientInfo, METADATA_APPLICATION_NAME, METADATA_DATABASE, METADATA_USER};
 use pgwire::error::PgWireResult;
-
-use quiver_query::distributed::Distributed;
+use quiver_query::Distributed;
 
 use super::errors::{error, sqlstate};
 

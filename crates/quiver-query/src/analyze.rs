@@ -24,7 +24,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::Dialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-use crate::sql_catalog::{is_system_schema, CATALOG_NAME};
+use crate::catalog_names::{is_system_schema, CATALOG_NAME};
 
 /// A table a statement reads, fully resolved against the request's database.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use chrono::{DateTime, Utc};
 use datafusion::common::display::PlanType;
 use datafusion::common::{ParamValues, TableReference};
 use datafusion::error::DataFusionError;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, SessionState, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::explain::ExplainExec;
@@ -21,38 +20,32 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, PostgreSqlDialect};
 use futures::StreamExt;
+use quiver_distributed::{distribute, run_job, Distributed, Distribution, ShipSettings};
+use quiver_exec::gap_fill::gap_filled_schema;
+use quiver_exec::gap_fill::{self, GapFillRule};
+use quiver_exec::plan_settings::PlanSettings;
+use quiver_exec::session::state_builder;
+use quiver_exec::value_limits;
 use quiver_model::VisibleDatabases;
 use quiver_storage::Store;
 
 use crate::analyze::{self, AnalyzedStatement, Cacheability, QueryAnalysis, ScannedTable};
-use crate::dictionary_group::DictionaryGroupRule;
-use crate::distributed::{distribute, run_job, Distributed, Distribution};
+use crate::catalog_names::CATALOG_NAME;
+use crate::context::{QueryControl, QueryOutput};
 use crate::error::QueryError;
 use crate::filter_order::FilterOrderRule;
-use crate::first_rows::FirstRowsRule;
-use crate::float_compare::FloatCompareRule;
-use crate::gap_fill::{self, GapFillRule, QuiverQueryPlanner};
-use crate::governance::value_limits;
-use crate::governance::{Governor, Placement, QueryControl};
+use crate::governance::{Governor, Placement};
 use crate::latest::LatestRowsRule;
 use crate::options::QueryOptions;
 use crate::panic_guard::{guard_future, guard_stream};
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
 use crate::reuse::{PartReuse, PartsReuseRule};
-use crate::rollup::{Maintainer, RollupRouteRule, Rollups, RoutingNotes, RoutingSettings};
-use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::rollup::{Maintainer, RollupRouteRule, Rollups, RoutingNotes};
+use crate::sql_catalog::QuiverCatalog;
 use crate::statement_limits::{self, StatementLimits};
 use crate::time_order_limit::TimeOrderLimitRule;
 use crate::value_cache_functions::{ValueCacheFunction, VALUE_CACHE_FUNCTIONS};
-
-/// The result of a query: its schema (known before the first row) and its rows, streamed.
-pub struct QueryOutput {
-    /// Schema of the result.
-    pub schema: SchemaRef,
-    /// The rows.
-    pub stream: SendableRecordBatchStream,
-}
 
 /// Session contexts kept at most (see [`QueryEngine`]'s `contexts`).
 const MAX_CONTEXTS: u64 = 256;
@@ -117,7 +110,7 @@ impl QueryEngine {
                 DiskManagerBuilder::default().with_mode(spill_mode(store.data_dir())?),
             );
         let runtime = runtime.build_arc()?;
-        crate::provider::register_data_store(&runtime, store.data_store().clone());
+        quiver_exec::table_files::register_table_files(&runtime, store.data_store().clone());
         let governor = Governor::start(options.limits())?;
         let config = session_config(&options);
         let settings = config.options();
@@ -175,7 +168,7 @@ impl QueryEngine {
         let state = state_builder(config, self.runtime.clone()).build();
         let ctx = SessionContext::new_with_state(state);
         let catalog = QuiverCatalog::new(self.store.clone(), visible.clone())
-            .with_rollups(self.rollups.clone());
+            .with_views(self.rollups.clone());
         ctx.register_catalog(CATALOG_NAME, Arc::new(catalog));
         for (name, function) in ValueCacheFunction::both(&self.store, database) {
             ctx.register_udtf(name, function);
@@ -211,6 +204,18 @@ impl QueryEngine {
         let analysis = self.analyze(database, sql)?;
         self.execute_analyzed(&analysis, &ExecuteOptions::default())
             .await
+    }
+
+    /// What a cache needs to know about an InfluxQL statement in `database`: fails like
+    /// [`QueryEngine::analyze`] for an unknown database, and with [`QueryError::Invalid`] for
+    /// an invalid regular expression. A regular expression in `FROM` is matched against the
+    /// measurements that exist now.
+    pub fn analyze_influxql(
+        &self,
+        database: &str,
+        statement: quiver_influxql::ast::Statement,
+    ) -> Result<QueryAnalysis, QueryError> {
+        crate::influxql::analyze(&self.store, database, statement)
     }
 
     /// Parses `sql` in `database` and returns what a cache needs to know about it (see
@@ -329,7 +334,7 @@ impl QueryEngine {
         };
         let extensions = &mut state.config_mut().options_mut().extensions;
         let mut routing = extensions
-            .get::<RoutingSettings>()
+            .get::<PlanSettings>()
             .cloned()
             .unwrap_or_default();
         routing.use_rollups &= rollups.is_some();
@@ -406,10 +411,15 @@ impl QueryEngine {
                 let schema = Arc::new(logical.schema().as_arrow().clone());
                 Ok::<_, DataFusionError>((logical, schema))
             };
-            let shipping = (&self.options, shared, stored);
+            let settings = ShipSettings {
+                min_scan_bytes: self.options.distributed_min_scan_bytes,
+                partitions: self.options.distributed_partitions(),
+                scheduler_addr: self.options.scheduler_addr.clone(),
+            };
+            let shipping = (&settings, shared, stored);
             Ok::<_, DataFusionError>(distribute(state, plan, mode, shipping).await)
         });
-        planned.await?
+        Ok(planned.await??)
     }
 
     /// The bytes of every file and buffered row of `tables` (those that are tables of the
@@ -660,72 +670,6 @@ fn spill_mode(data_dir: Option<&std::path::Path>) -> Result<DiskManagerMode, Que
     Ok(DiskManagerMode::Directories(vec![spill.clone()]))
 }
 
-/// The session settings of every database's session.
-///
-/// Sorts: a sort that runs out of memory sorts what it buffered and spills it as one run,
-/// then merges the runs from disk (in several passes if it cannot open them all at once).
-/// DataFusion sorts buffered batches in place (one concatenated batch) only below
-/// `sort_in_place_threshold_bytes`; above it, it sorts each batch alone and merges them all,
-/// and that merge holds the sort keys of every buffered row at once in row format, charged to
-/// the sort's 10 MiB merge reserve: a sort on two keys of a 64 MiB query failed there instead
-/// of spilling. Sorting in place up to the query's whole memory keeps a spill within the
-/// query's memory (the concatenated copy is accounted for), whatever the keys.
-/// A session with DataFusion's defaults and Quiver's physical rules, over `runtime`.
-pub(crate) fn state_builder(
-    config: SessionConfig,
-    runtime: Arc<RuntimeEnv>,
-) -> SessionStateBuilder {
-    SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(DictionaryGroupRule))
-        .with_physical_optimizer_rule(Arc::new(FirstRowsRule))
-        .with_physical_optimizer_rule(Arc::new(FloatCompareRule))
-        .with_query_planner(Arc::new(QuiverQueryPlanner))
-}
-
-/// The answer's schema of a statement whose plan is `plan` and optimized plan `optimized`: the
-/// statement's (`schema`), except that a gap-filling statement's columns are nullable where
-/// the optimized plan has them so (`count` is null in a gap). Describing the statement gives
-/// the same, so that Flight SQL's announced schema is the one streamed.
-pub(crate) fn gap_filled_schema(
-    schema: SchemaRef,
-    plan: &LogicalPlan,
-    optimized: &LogicalPlan,
-) -> Result<SchemaRef, DataFusionError> {
-    Ok(match gap_fill::uses_gap_fill(plan)? {
-        true => nullable_where_either(schema, optimized.schema().as_arrow()),
-        false => schema,
-    })
-}
-
-/// `statement`'s schema with a column nullable where `optimized` has it nullable too.
-fn nullable_where_either(statement: SchemaRef, optimized: &Schema) -> SchemaRef {
-    let widen = statement
-        .fields()
-        .iter()
-        .zip(optimized.fields())
-        .any(|(s, o)| !s.is_nullable() && o.is_nullable());
-    if !widen || statement.fields().len() != optimized.fields().len() {
-        return statement;
-    }
-    let fields: Vec<Field> = statement
-        .fields()
-        .iter()
-        .zip(optimized.fields())
-        .map(|(s, o)| {
-            s.as_ref()
-                .clone()
-                .with_nullable(s.is_nullable() || o.is_nullable())
-        })
-        .collect();
-    Arc::new(Schema::new_with_metadata(
-        fields,
-        statement.metadata().clone(),
-    ))
-}
-
 /// `plan` with the router's decisions added to an `EXPLAIN`'s final logical plan.
 fn explain_routing(plan: Arc<dyn ExecutionPlan>, notes: &[String]) -> Arc<dyn ExecutionPlan> {
     if notes.is_empty() {
@@ -759,6 +703,16 @@ pub(crate) fn add_to_explain(
     Arc::new(ExplainExec::new(explain.schema(), plans, explain.verbose()))
 }
 
+/// The session settings of every database's session.
+///
+/// Sorts: a sort that runs out of memory sorts what it buffered and spills it as one run,
+/// then merges the runs from disk (in several passes if it cannot open them all at once).
+/// DataFusion sorts buffered batches in place (one concatenated batch) only below
+/// `sort_in_place_threshold_bytes`; above it, it sorts each batch alone and merges them all,
+/// and that merge holds the sort keys of every buffered row at once in row format, charged to
+/// the sort's 10 MiB merge reserve: a sort on two keys of a 64 MiB query failed there instead
+/// of spilling. Sorting in place up to the query's whole memory keeps a spill within the
+/// query's memory (the concatenated copy is accounted for), whatever the keys.
 fn session_config(options: &QueryOptions) -> SessionConfig {
     SessionConfig::new()
         .with_information_schema(true)

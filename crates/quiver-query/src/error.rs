@@ -3,11 +3,11 @@
 
 use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
+use quiver_exec::value_limits::ValueTooLarge;
 use quiver_model::{Classify, ErrorKind};
 use quiver_storage::StorageError;
 
-use crate::governance::value_limits::ValueTooLarge;
-use crate::governance::{pool, StopReason};
+use crate::governance::{pool, GovernanceError, StopReason};
 use crate::statement_limits::StatementLimit;
 
 /// Why a query failed; [`Classify::kind`] says whose fault it is.
@@ -63,7 +63,7 @@ pub enum QueryError {
     Storage(StorageError),
     /// A query that had to run on Ballista (`distributed = on`) cannot.
     #[error("{0}")]
-    Distributed(crate::distributed::DistributedError),
+    Distributed(quiver_distributed::DistributedError),
     /// A failure that is not the caller's fault.
     #[error("internal error: {0}")]
     Internal(DataFusionError),
@@ -96,6 +96,30 @@ impl Classify for QueryError {
     }
 }
 
+impl From<GovernanceError> for QueryError {
+    fn from(e: GovernanceError) -> Self {
+        match e {
+            GovernanceError::Stopped(reason) => QueryError::Stopped(reason),
+            GovernanceError::Busy { running, queued } => QueryError::Busy { running, queued },
+            GovernanceError::Runtime(e) => QueryError::Internal(DataFusionError::Context(
+                "cannot start the query runtime".into(),
+                Box::new(DataFusionError::IoError(e)),
+            )),
+        }
+    }
+}
+
+impl From<quiver_distributed::ShipError> for QueryError {
+    /// A refusal to ship is [`QueryError::Distributed`]; a planning failure is sorted as
+    /// every DataFusion error is.
+    fn from(e: quiver_distributed::ShipError) -> Self {
+        match e {
+            quiver_distributed::ShipError::Refused(refused) => QueryError::Distributed(refused),
+            quiver_distributed::ShipError::Planning(e) => QueryError::from(e),
+        }
+    }
+}
+
 impl From<DataFusionError> for QueryError {
     /// Sorts a failure by whose fault it is: anything in the error's chain that comes from
     /// reading the data (I/O, the object store, Parquet decoding, the storage layer), a
@@ -105,7 +129,7 @@ impl From<DataFusionError> for QueryError {
     fn from(e: DataFusionError) -> Self {
         // a statement the gap-filling rule refuses: the refusal is the whole story
         let e = match e {
-            DataFusionError::Context(rule, refusal) if rule == crate::gap_fill::RULE_NAME => {
+            DataFusionError::Context(rule, refusal) if rule == quiver_exec::gap_fill::RULE_NAME => {
                 *refusal
             }
             e => e,
@@ -162,9 +186,9 @@ fn innermost_resources(e: &DataFusionError) -> String {
 /// The governor's verdict carried through DataFusion: a stopped query or a value too large;
 /// or a Ballista scheduler or executor that stopped answering during a job.
 fn governance_error(error: &(dyn std::error::Error + 'static)) -> Option<QueryError> {
-    if let Some(job) = error.downcast_ref::<crate::distributed::JobError>() {
+    if let Some(job) = error.downcast_ref::<quiver_distributed::JobError>() {
         return job.unreachable().then(|| {
-            QueryError::Distributed(crate::distributed::DistributedError {
+            QueryError::Distributed(quiver_distributed::DistributedError {
                 message: job.to_string(),
                 unavailable: true,
             })
@@ -173,10 +197,9 @@ fn governance_error(error: &(dyn std::error::Error + 'static)) -> Option<QueryEr
     if let Some(too_large) = error.downcast_ref::<ValueTooLarge>() {
         return Some(QueryError::ValueTooLarge(too_large.clone()));
     }
-    match error.downcast_ref::<QueryError>()? {
-        QueryError::Stopped(reason) => Some(QueryError::Stopped(reason.clone())),
-        _ => None,
-    }
+    error
+        .downcast_ref::<StopReason>()
+        .map(|reason| QueryError::Stopped(reason.clone()))
 }
 
 /// Whose fault one error of a chain says a failure is, when it says.
@@ -212,7 +235,7 @@ fn fault_of(error: &(dyn std::error::Error + 'static)) -> Option<Fault> {
         return e.kind().is_server_fault().then_some(Fault::Server);
     }
     let server = error.is::<std::io::Error>()
-        || error.is::<crate::distributed::JobError>()
+        || error.is::<quiver_distributed::JobError>()
         || error.is::<datafusion::object_store::Error>()
         || error.is::<datafusion::parquet::errors::ParquetError>();
     server.then_some(Fault::Server)
@@ -329,5 +352,24 @@ mod tests {
         // over the ceiling alone: fails again however idle the server is
         let alone = QueryError::from(asking.try_grow(1200).unwrap_err());
         assert_eq!(alone.kind(), ErrorKind::ResourcesExhausted, "{alone}");
+    }
+
+    #[test]
+    fn a_scheduler_that_stops_answering_is_unavailable_and_a_refusal_is_the_servers() {
+        let down = QueryError::from(quiver_distributed::failed(
+            "following the job",
+            tonic::Status::unavailable("x"),
+        ));
+        assert_eq!(down.kind(), ErrorKind::Unavailable, "{down}");
+        assert!(down.to_string().contains("following the job"), "{down}");
+        let refused = QueryError::from(quiver_distributed::failed(
+            "submitting",
+            tonic::Status::internal("boom"),
+        ));
+        assert_eq!(refused.kind(), ErrorKind::Internal, "{refused}");
+        let failed_job = QueryError::from(quiver_distributed::job_error(
+            "Ballista job 1 failed: x".into(),
+        ));
+        assert_eq!(failed_job.kind(), ErrorKind::Internal, "{failed_job}");
     }
 }

@@ -17,52 +17,48 @@ use quiver_influxql::plan::{self, PlanContext, SchemaSource, DEFAULT_MAX_BUCKETS
 use quiver_storage::Store;
 
 use crate::analyze::{AnalyzedStatement, Cacheability, QueryAnalysis, ScannedTable};
-use crate::engine::QueryEngine;
+use crate::catalog_names::CATALOG_NAME;
 use crate::error::QueryError;
-use crate::sql_catalog::CATALOG_NAME;
 
 /// Marks InfluxQL statements in the plan cache's keys (beside SQL dialects).
 struct InfluxqlLanguage;
 
-impl QueryEngine {
-    /// What a cache needs to know about an InfluxQL statement in `database`: fails like
-    /// [`QueryEngine::analyze`] for an unknown database, and with [`QueryError::Invalid`] for
-    /// an invalid regular expression. A regular expression in `FROM` is matched against the
-    /// measurements that exist now.
-    pub fn analyze_influxql(
-        &self,
-        database: &str,
-        statement: Statement,
-    ) -> Result<QueryAnalysis, QueryError> {
-        let db = self
-            .store()
-            .database(database)
-            .ok_or_else(|| QueryError::DatabaseNotFound(database.to_string()))?;
-        let mut measurements = db.table_names();
-        measurements.sort();
-        let read = plan::measurements_read(&statement, &measurements).map_err(invalid)?;
-        let cacheability = match &statement {
-            Statement::Select(_) if plan::uses_clock(&statement) => Cacheability::ClockDependent,
-            Statement::Select(_) => Cacheability::Deterministic,
-            _ => Cacheability::Never("SHOW lists the catalog".into()),
-        };
-        let text = statement.to_string();
-        Ok(QueryAnalysis {
-            database: database.to_string(),
-            canonical: format!("influxql {text}"),
-            text,
-            tables: read
-                .into_iter()
-                .map(|table| ScannedTable {
-                    database: database.to_string(),
-                    table,
-                })
-                .collect(),
-            cacheability,
-            statement: AnalyzedStatement::Influxql(Arc::new(statement)),
-            dialect: TypeId::of::<InfluxqlLanguage>(),
-        })
-    }
+/// What a cache needs to know about an InfluxQL statement in `database`: fails like
+/// `QueryEngine::analyze` for an unknown database, and with [`QueryError::Invalid`] for
+/// an invalid regular expression. A regular expression in `FROM` is matched against the
+/// measurements that exist now.
+pub(crate) fn analyze(
+    store: &Store,
+    database: &str,
+    statement: Statement,
+) -> Result<QueryAnalysis, QueryError> {
+    let db = store
+        .database(database)
+        .ok_or_else(|| QueryError::DatabaseNotFound(database.to_string()))?;
+    let mut measurements = db.table_names();
+    measurements.sort();
+    let read = plan::measurements_read(&statement, &measurements).map_err(invalid)?;
+    let cacheability = match &statement {
+        Statement::Select(_) if plan::uses_clock(&statement) => Cacheability::ClockDependent,
+        Statement::Select(_) => Cacheability::Deterministic,
+        _ => Cacheability::Never("SHOW lists the catalog".into()),
+    };
+    let text = statement.to_string();
+    Ok(QueryAnalysis {
+        database: database.to_string(),
+        canonical: format!("influxql {text}"),
+        text,
+        tables: read
+            .into_iter()
+            .map(|table| ScannedTable {
+                database: database.to_string(),
+                table,
+            })
+            .collect(),
+        cacheability,
+        statement: AnalyzedStatement::Influxql(Arc::new(statement)),
+        dialect: TypeId::of::<InfluxqlLanguage>(),
+    })
 }
 
 fn invalid(error: plan::PlanError) -> QueryError {

@@ -41,9 +41,9 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
+use quiver_exec::time_filter::{is_time_column, stands_alone, time_bounds};
 
 use crate::provider::{external, note_read, project_by_name, query_now_ns, QuiverTable};
-use crate::time_filter::{is_time_column, stands_alone, time_bounds};
 
 /// The analyzer rule that routes last-point plans to [`LatestRowsTable`] (module docs).
 #[derive(Debug, Default)]
@@ -342,7 +342,7 @@ impl TableProvider for LatestRowsTable {
         let retained = table.retention_cutoff_ns(now_ns).unwrap_or(i64::MIN);
         let since = retained.max(time_bounds(filters).min);
         let cache = self.table.chunk_cache().clone();
-        let files = crate::provider::data_store(state.runtime_env())?;
+        let files = quiver_exec::table_files::table_files(state.runtime_env())?;
         let newest = tokio::task::spawn_blocking(move || {
             quiver_storage::latest_rows(&files, &snapshot, since, &cache)
         })

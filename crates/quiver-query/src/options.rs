@@ -9,12 +9,12 @@ use datafusion::prelude::SessionContext;
 use quiver_model::VisibleDatabases;
 use serde::{Deserialize, Serialize};
 
-use crate::distributed::Distributed;
-use crate::governance::value_limits::OutputLimits;
-use crate::governance::Limits;
 #[cfg(doc)]
-use crate::sql_catalog::CATALOG_NAME;
+use crate::catalog_names::CATALOG_NAME;
+use crate::governance::Limits;
 use crate::statement_limits::{self, StatementLimits};
+use quiver_distributed::Distributed;
+use quiver_exec::value_limits::OutputLimits;
 
 /// Settings of the SQL engine. The serde names are the server's configuration keys;
 /// `session_setup` is wired by the program, not configured.
@@ -78,9 +78,13 @@ pub struct QueryOptions {
     pub session_setup: Vec<Arc<dyn SessionSetup>>,
 }
 
+/// The memory budget assumed when the machine's cannot be read.
+const FALLBACK_MEMORY_BYTES: u64 = 8 << 30;
+
 impl Default for QueryOptions {
     fn default() -> Self {
-        let budget = crate::governance::system::memory_budget_bytes();
+        let budget =
+            quiver_model::machine::available_memory_bytes().unwrap_or(FALLBACK_MEMORY_BYTES);
         QueryOptions {
             target_partitions: 0,
             memory_limit_bytes: usize::try_from(budget / 4).unwrap_or(usize::MAX),

@@ -34,14 +34,11 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::object_store::ObjectStore;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::empty::EmptyExec;
@@ -50,40 +47,19 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
+use quiver_exec::dedup_exec::DeduplicateExec;
+use quiver_exec::plan_nodes::batch_of;
+use quiver_exec::table_files::{table_files, table_files_url};
+use quiver_exec::time_filter::{is_time_range, TimeStretches};
 use quiver_model::schema::TIME_COLUMN;
 use quiver_storage::{
     series_key_and_fields, ChunkCache, ParquetFile, StorageError, Table, TableSnapshot,
 };
 
 use crate::chunk_reader::CachedChunkReaderFactory;
-use crate::dedup_exec::DeduplicateExec;
 use crate::plan_cache::ScansRead;
 use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
 use crate::tag_filter::keep_matching_tags;
-use crate::time_filter::{is_time_range, TimeStretches};
-
-/// The URL of the object store that holds a durable store's files (storage's own,
-/// [`quiver_storage::Store::data_store`]), registered in the engine's runtime (see
-/// [`register_data_store`]). Files are addressed by their catalog-relative paths
-/// ([`quiver_storage::FileEntry::path`]), so nothing about the data directory's own path
-/// (relative, symlinked, spaces, `%`, unicode) reaches DataFusion, and another object store
-/// (S3-compatible, say) can take its place.
-const DATA_STORE_URL: &str = "quiver://data/";
-
-/// The URL under which [`register_data_store`] registered the data directory.
-fn data_store_url() -> ObjectStoreUrl {
-    ObjectStoreUrl::parse(DATA_STORE_URL).expect("a valid object store URL")
-}
-
-/// Registers storage's object store in `runtime` as the one the table scans read files from.
-pub(crate) fn register_data_store(runtime: &RuntimeEnv, files: Arc<dyn ObjectStore>) {
-    runtime.register_object_store(data_store_url().as_ref(), files);
-}
-
-/// The object store the table scans of `runtime` read files from (storage's).
-pub(crate) fn data_store(runtime: &RuntimeEnv) -> Result<Arc<dyn ObjectStore>> {
-    runtime.object_store(data_store_url())
-}
 
 /// Name of the column that carries a source's write order into the merge.
 const SOURCE_COLUMN: &str = "__quiver_source";
@@ -305,7 +281,7 @@ impl QuiverTable {
             shipped: state
                 .config_options()
                 .extensions
-                .get::<crate::rollup::RoutingSettings>()
+                .get::<quiver_exec::plan_settings::PlanSettings>()
                 .is_some_and(|routing| routing.ship_scans),
         };
         let times = &scan.times;
@@ -389,7 +365,7 @@ impl Scan<'_> {
     /// Readers of the data store's files through the chunk cache (only stores with files have
     /// a data store registered).
     fn readers(&self) -> Result<Arc<CachedChunkReaderFactory>> {
-        let store = data_store(self.state.runtime_env())?;
+        let store = table_files(self.state.runtime_env())?;
         Ok(Arc::new(CachedChunkReaderFactory::new(
             store,
             self.chunk_cache.clone(),
@@ -463,7 +439,7 @@ impl Scan<'_> {
         if files.is_empty() {
             return;
         }
-        let Ok(store) = data_store(self.state.runtime_env()) else {
+        let Ok(store) = table_files(self.state.runtime_env()) else {
             return;
         };
         let (columns, cache) = (columns.to_vec(), cache.clone());
@@ -511,7 +487,7 @@ impl Scan<'_> {
         if let Some(predicate) = predicate {
             source = source.with_predicate(predicate);
         }
-        let config = FileScanConfigBuilder::new(data_store_url(), Arc::new(source))
+        let config = FileScanConfigBuilder::new(table_files_url(), Arc::new(source))
             .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
             .with_statistics(files_statistics(self.planned, files))
             .with_projection_indices(self.projection.cloned())?
@@ -645,7 +621,7 @@ impl Scan<'_> {
         if let Some(predicate) = self.physical(full, pruning)? {
             source = source.with_predicate(predicate);
         }
-        let config = FileScanConfigBuilder::new(data_store_url(), Arc::new(source))
+        let config = FileScanConfigBuilder::new(table_files_url(), Arc::new(source))
             .with_file(partitioned_file(file))
             .with_output_ordering(vec![ordering.clone()])
             .with_projection_indices(Some(wanted.to_vec()))?
@@ -878,20 +854,6 @@ pub(crate) fn project_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result
         .collect::<Result<Vec<_>>>()?;
     // (no columns at all for `count(*)`: the row count says how many rows)
     batch_of(schema, columns, batch.num_rows())
-}
-
-/// `columns` (of `rows` rows, which may be none) as a batch of `schema`.
-pub(crate) fn batch_of(
-    schema: &SchemaRef,
-    columns: Vec<arrow::array::ArrayRef>,
-    rows: usize,
-) -> Result<RecordBatch> {
-    let options = RecordBatchOptions::new().with_row_count(Some(rows));
-    Ok(RecordBatch::try_new_with_options(
-        schema.clone(),
-        columns,
-        &options,
-    )?)
 }
 
 #[cfg(test)]

@@ -20,10 +20,10 @@ use arrow::datatypes::{DataType, TimeUnit, TimestampNanosecondType};
 use datafusion::error::Result;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::Expr;
+use quiver_exec::time_filter::TimeStretches;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::tag_filter::{matching_codes, tag_comparison};
-use crate::time_filter::TimeStretches;
 
 /// Fewest rows a kept range should average for slices to be handed on as they are; below
 /// that, the kept rows are copied into one batch.
@@ -212,7 +212,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::time_filter::TimeStretches;
+    use quiver_exec::time_filter::TimeStretches;
 
     /// Rows sorted by host then time: `series` of (host, number of rows), times 0, 10, 20...
     /// within each; `v` numbers the rows.

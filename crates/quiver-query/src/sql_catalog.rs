@@ -9,22 +9,21 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
-use datafusion::datasource::ViewTable;
 use datafusion::error::{DataFusionError, Result};
 use parking_lot::RwLock;
 use quiver_model::VisibleDatabases;
-use quiver_storage::{ChunkCache, Database, Store, RESERVED_DATABASE_NAMES};
+use quiver_storage::{ChunkCache, Database, Store};
 
+use crate::catalog_names::is_system_schema;
 use crate::provider::QuiverTable;
-use crate::rollup::Rollups;
 
-/// The name of the one catalog Quiver exposes.
-pub const CATALOG_NAME: &str = "quiver";
-
-/// True for the names of system schemas (`information_schema`, `pg_catalog`): they describe
-/// the catalog, they are not Quiver databases.
-pub fn is_system_schema(name: &str) -> bool {
-    RESERVED_DATABASE_NAMES.contains(&name)
+/// Views a database shows as read-only tables beside its own tables (the rollups): read
+/// through this trait, so the catalog knows nothing of what defines them.
+pub(crate) trait DatabaseViews: Send + Sync {
+    /// The names of `database`'s views.
+    fn names(&self, database: &str) -> Vec<String>;
+    /// View `name` of `database`, if there is one.
+    fn view(&self, database: &str, name: &str) -> Option<Arc<dyn TableProvider>>;
 }
 
 /// The `quiver` catalog: lists the store's databases as SQL schemas, live, as far as the
@@ -35,8 +34,8 @@ pub struct QuiverCatalog {
     store: Arc<Store>,
     visible: VisibleDatabases,
     system: RwLock<HashMap<String, Arc<dyn SchemaProvider>>>,
-    /// Rollups shown as read-only tables of their databases (none without).
-    rollups: Option<Arc<Rollups>>,
+    /// Views shown as read-only tables of their databases (rollups; none without).
+    views: Option<Arc<dyn DatabaseViews>>,
 }
 
 impl QuiverCatalog {
@@ -46,15 +45,15 @@ impl QuiverCatalog {
             store,
             visible,
             system: RwLock::new(HashMap::new()),
-            rollups: None,
+            views: None,
         }
     }
 
-    /// This catalog, with each rollup a table of its database: reading it runs the rollup's
-    /// statement (which the router answers from the rollup, exactly).
-    pub(crate) fn with_rollups(self, rollups: Arc<Rollups>) -> Self {
+    /// This catalog, with each of `views` a table of its database (each rollup: reading it
+    /// runs the rollup's statement, which the router answers from the rollup, exactly).
+    pub(crate) fn with_views(self, views: Arc<dyn DatabaseViews>) -> Self {
         QuiverCatalog {
-            rollups: Some(rollups),
+            views: Some(views),
             ..self
         }
     }
@@ -84,12 +83,12 @@ impl CatalogProvider for QuiverCatalog {
             Arc::new(DatabaseSchema {
                 db,
                 chunk_cache: self.store.chunk_cache().clone(),
-                rollups: self.rollups.clone(),
+                views: self.views.clone(),
             }) as Arc<dyn SchemaProvider>
         })
     }
 
-    /// Registers a system schema (one of [`RESERVED_DATABASE_NAMES`]); databases are created
+    /// Registers a system schema (one of [`quiver_storage::RESERVED_DATABASE_NAMES`]); databases are created
     /// by writes, never here.
     fn register_schema(
         &self,
@@ -109,14 +108,13 @@ impl CatalogProvider for QuiverCatalog {
 struct DatabaseSchema {
     db: Arc<Database>,
     chunk_cache: Arc<ChunkCache>,
-    rollups: Option<Arc<Rollups>>,
+    views: Option<Arc<dyn DatabaseViews>>,
 }
 
 impl DatabaseSchema {
-    /// Rollup `name` of this database as a view of its statement.
-    fn rollup(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
-        let spec = self.rollups.as_ref()?.spec(self.db.name(), name)?;
-        Some(Arc::new(ViewTable::new(spec.plan.clone(), None)))
+    /// View `name` of this database.
+    fn view(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
+        self.views.as_ref()?.view(self.db.name(), name)
     }
 }
 
@@ -130,8 +128,8 @@ impl fmt::Debug for DatabaseSchema {
 impl SchemaProvider for DatabaseSchema {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.db.table_names();
-        if let Some(rollups) = &self.rollups {
-            names.extend(rollups.names(self.db.name()));
+        if let Some(views) = &self.views {
+            names.extend(views.names(self.db.name()));
             names.sort();
         }
         names
@@ -140,11 +138,11 @@ impl SchemaProvider for DatabaseSchema {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         Ok(match self.db.table(name) {
             Some(table) => Some(Arc::new(QuiverTable::new(table, self.chunk_cache.clone()))),
-            None => self.rollup(name),
+            None => self.view(name),
         })
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.db.table(name).is_some() || self.rollup(name).is_some()
+        self.db.table(name).is_some() || self.view(name).is_some()
     }
 }

@@ -24,11 +24,11 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::logical_expr::{FetchType, Limit, LogicalPlan, SkipType, Sort};
 use datafusion::optimizer::AnalyzerRule;
+use quiver_exec::time_filter::is_time_column;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::latest::{swap_quiver_source, ScanBelow};
 use crate::series_filter::SeriesEnd;
-use crate::time_filter::is_time_column;
 
 /// The most rows per series a rewritten scan hands on; larger limits keep the plain scan.
 const MAX_ROWS_PER_SERIES: usize = 10_000;

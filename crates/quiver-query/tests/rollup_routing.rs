@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{rows, rows_with, write, Rng};
-use quiver_query::governance::QueryControl;
+use quiver_query::QueryControl;
 use quiver_query::{ExecuteOptions, QueryEngine, QueryOptions, RollupError};
 use quiver_storage::{CompactionScope, RetentionPeriod, Store, StoreLimits, StoreOptions};
 

@@ -1,10 +1,8 @@
-//! The `quiver` binary: `serve` runs the server; `query`, `write`, `config` and `token` are
-//! thin clients and helpers around it (see the command-line contract in
-//! `docs/architecture.md`).
+//! The `quiver` binary: `serve` runs the server; `query`, `write` and `import` are the HTTP
+//! clients of `quiver-client`, `config` and `token` helpers around it (see the command-line
+//! contract in `docs/architecture.md`).
 
 mod allocator;
-mod client;
-mod cluster;
 mod config;
 mod serve;
 mod token;
@@ -30,11 +28,11 @@ enum Command {
     /// Run the server (HTTP API) on the effective configuration.
     Serve(ServerArgs),
     /// Run one SQL query against a server and print the result.
-    Query(client::QueryArgs),
+    Query(quiver_client::cli::QueryArgs),
     /// Send line protocol from a file (or `-` for stdin) to a server, with a progress bar.
-    Write(client::WriteArgs),
+    Write(quiver_client::cli::WriteArgs),
     /// Load a Parquet or CSV file into a table of a server (through the Arrow path).
-    Import(client::ImportArgs),
+    Import(quiver_client::cli::ImportArgs),
     /// Print the effective configuration as TOML.
     Config(ServerArgs),
     /// Create, list or revoke tokens in a data directory (works offline).
@@ -68,9 +66,9 @@ fn main() -> ExitCode {
             .load()
             .map(|c| print!("{}", c.to_toml()))
             .map_err(|e| e.to_string()),
-        Command::Query(args) => client::query(args),
-        Command::Write(args) => client::write(args),
-        Command::Import(args) => client::import(args),
+        Command::Query(args) => quiver_client::cli::query(args),
+        Command::Write(args) => quiver_client::cli::write(args),
+        Command::Import(args) => quiver_client::cli::import(args),
         Command::Token(args) => token::run(args),
     };
     match result {
@@ -79,5 +77,25 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The client reads the response headers the server sets, by the same names.
+    #[test]
+    fn the_client_reads_the_headers_the_server_sets() {
+        assert_eq!(
+            quiver_client::CACHE_HEADER,
+            quiver_http::CACHE_HEADER.as_str()
+        );
+        assert_eq!(
+            quiver_client::LINES_WRITTEN_HEADER,
+            quiver_http::LINES_WRITTEN_HEADER
+        );
+        assert_eq!(
+            quiver_client::LINES_REJECTED_HEADER,
+            quiver_http::LINES_REJECTED_HEADER
+        );
     }
 }

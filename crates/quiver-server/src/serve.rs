@@ -9,14 +9,14 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use axum::serve::ListenerExt;
 use quiver_auth::{AuthMode, Authenticator, TokenStore};
 use quiver_cache::QueryService;
+use quiver_distributed::roles::{run_executor, run_scheduler, ExecutorSettings, RoleError};
+use quiver_flight::{GrpcMetricsLayer, QuiverFlightService, QuiverFlightSql};
+use quiver_http::{self as http, AppState};
+use quiver_pgwire::{PgServer, PostgresCatalog};
 use quiver_query::QueryEngine;
 use quiver_storage::Store;
 use quiver_tls::{Protocol, ServerTls, TlsIncoming};
 use tracing_subscriber::EnvFilter;
-
-use quiver_flight::{GrpcMetricsLayer, QuiverFlightService, QuiverFlightSql};
-use quiver_http::{self as http, AppState};
-use quiver_pgwire::{PgServer, PostgresCatalog};
 
 use crate::config::{Config, LogFormat};
 use crate::token_sharing;
@@ -49,6 +49,38 @@ pub enum ServeError {
     /// The query engine could not be built.
     #[error("cannot start the query engine: {0}")]
     Query(#[from] quiver_query::QueryError),
+}
+
+impl From<RoleError> for ServeError {
+    fn from(e: RoleError) -> Self {
+        match e {
+            RoleError::Config(message) => ServeError::Config(message),
+            RoleError::Io { context, source } => ServeError::Io { context, source },
+        }
+    }
+}
+
+/// Runs this process as Ballista's scheduler or one of its executors (`role`) until SIGTERM
+/// or Ctrl-C, on the tables' files in `object_store_url` (the writer's).
+async fn serve_cluster_role(config: &Config) -> Result<(), ServeError> {
+    let url = &config.store.object_store_url;
+    if url.is_empty() {
+        return Err(ServeError::Config(format!(
+            "role = {} works on the files of object_store_url: set it to the writer's",
+            config.store.role.name()
+        )));
+    }
+    let files = quiver_storage::shared_files(url)?;
+    if config.store.role == quiver_storage::Role::Scheduler {
+        return Ok(run_scheduler(&config.query.scheduler_addr, files, shutdown_signal()).await?);
+    }
+    let settings = ExecutorSettings {
+        executor_addr: config.executor_addr.clone(),
+        scheduler_addr: config.query.scheduler_addr.clone(),
+        data_dir: config.store.data_dir.clone(),
+        object_store_url: url.clone(),
+    };
+    Ok(run_executor(&settings, files).await?)
 }
 
 fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
@@ -88,8 +120,9 @@ fn init_logging(config: &Config) -> Result<(), ServeError> {
 
 async fn serve(config: Config) -> Result<(), ServeError> {
     match config.store.role {
-        quiver_storage::Role::Scheduler => return crate::cluster::run_scheduler(&config).await,
-        quiver_storage::Role::Executor => return crate::cluster::run_executor(&config).await,
+        quiver_storage::Role::Scheduler | quiver_storage::Role::Executor => {
+            return serve_cluster_role(&config).await
+        }
         quiver_storage::Role::All | quiver_storage::Role::Query => {}
     }
     let started = std::time::Instant::now();

@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use quiver_model::TimeBucket;
+
 /// Fixed-width time buckets `[origin + k * width, origin + (k + 1) * width)`, grouped into
 /// segments of `segment_buckets` buckets each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,14 +71,10 @@ impl BucketGrid {
     }
 }
 
-/// The largest `origin + k * width <= t`, saturating at the ends of `i64`.
+/// The largest `origin + k * width <= t`, saturating at the ends of `i64` (which stay
+/// where they are).
 fn floor_to(t: i64, width: i64, origin: i64) -> i64 {
-    if t == i64::MIN || t == i64::MAX {
-        return t;
-    }
-    let (t, width, origin) = (t as i128, width as i128, origin as i128);
-    let floored = origin + (t - origin).div_euclid(width) * width;
-    floored.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    TimeBucket { width, origin }.floor_saturating(t)
 }
 
 /// A set of disjoint, non-adjacent half-open ranges `[start, end)`.

@@ -38,7 +38,7 @@ pub const TAG_ROLE: &str = "tag";
 /// Most time buckets one `GROUP BY time(...)` may make over its time range (InfluxDB 1.x's
 /// `max-select-buckets`, which is unlimited there): past it a statement is refused before
 /// anything is allocated.
-pub const DEFAULT_MAX_BUCKETS: u64 = 1_000_000;
+pub const DEFAULT_MAX_BUCKETS: u64 = quiver_model::MAX_QUERY_BUCKETS;
 
 /// What the planner needs to know of the database a statement runs in.
 pub trait SchemaSource {

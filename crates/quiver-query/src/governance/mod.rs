@@ -4,7 +4,7 @@
 //! Every query that runs the engine (result-cache hits never get here) is *admitted*: it gets
 //! an id, appears in [`Governor::list`], and waits in arrival order for one of
 //! `max_concurrent_queries` slots, with at most `max_queued_queries` waiting (beyond that it is
-//! refused at once, [`QueryError::Busy`]). It then runs on the governor's own runtime, apart
+//! refused at once, [`GovernanceError::Busy`]). It then runs on the governor's own runtime, apart
 //! from the threads that accept requests and writes, at a lower CPU priority, and its batches
 //! cross to the caller through a small channel, so a slow reader holds a query back instead of
 //! letting it pile up answers. It stops, releasing its memory, when its deadline passes
@@ -17,8 +17,6 @@
 //! functions whose output size their arguments decide are capped ([`value_limits`]).
 
 pub(crate) mod pool;
-pub mod system;
-pub(crate) mod value_limits;
 mod watchdog;
 
 use std::collections::BTreeMap;
@@ -37,14 +35,12 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 use futures::StreamExt;
 use parking_lot::Mutex;
-use quiver_model::{ReadGrants, VisibleDatabases};
+use pool::{QueryPool, ServerMemory};
 use serde::Serialize;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::QueryOutput;
-use crate::error::QueryError;
-use pool::{QueryPool, ServerMemory};
+use crate::context::{QueryControl, QueryOutput, QueryProtocol};
 
 /// The limits the governor enforces (resolved: no "0 = automatic" left).
 #[derive(Debug, Clone)]
@@ -58,96 +54,26 @@ pub(crate) struct Limits {
     pub(crate) threads: usize,
 }
 
-/// The protocol a query arrived by, as [`Governor::list`] shows it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// The HTTP API.
-    Http,
-    /// Arrow Flight SQL.
-    Flight,
-    /// The PostgreSQL wire protocol.
-    Postgres,
-    /// A caller inside the process (tests, tools).
-    #[default]
-    Embedded,
-}
-
-/// What a protocol tells the governor about one query.
-#[derive(Debug, Clone, Default)]
-pub struct QueryControl {
-    /// Where the query came from.
-    pub protocol: Protocol,
-    /// A time limit the caller asked for; the query gets the shorter of it and the server's.
-    pub timeout: Option<Duration>,
-    /// The name of the setting that set [`QueryControl::timeout`] (`statement_timeout`, ...),
-    /// for the error message.
-    pub timeout_setting: &'static str,
-    /// What the caller may read (`None`: everything): checked before the query is answered,
-    /// from the cache or not; it also decides which databases the catalog shows
-    /// (`information_schema`, `SHOW TABLES`, `pg_catalog`) and names the caller in the list
-    /// of running queries.
-    pub grants: Option<Arc<dyn ReadGrants>>,
-    /// Answer from raw rows only, never from a rollup (HTTP `use_rollups=false`, the
-    /// session setting `quiver.use_rollups`): for comparing, never answered from the result
-    /// cache either.
-    pub skip_rollups: bool,
-    /// Where this query runs (HTTP `distributed=`, the session setting `quiver.distributed`);
-    /// `None`: the server's `distributed` setting.
-    pub distributed: Option<crate::distributed::Distributed>,
-}
-
-impl QueryControl {
-    /// Fails unless the caller may read `database` and every database of `tables`.
-    pub fn check_read<'a>(
-        &self,
-        database: &str,
-        tables: impl IntoIterator<Item = &'a str>,
-    ) -> Result<(), QueryError> {
-        let Some(grants) = &self.grants else {
-            return Ok(());
-        };
-        grants.check_read(database).map_err(QueryError::Denied)?;
-        for table_database in tables {
-            if table_database != database {
-                grants
-                    .check_read(table_database)
-                    .map_err(QueryError::Denied)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Fails unless the caller may read everything `analysis` reads: its database and the
-    /// database of every table.
-    pub fn check_analysis(&self, analysis: &crate::QueryAnalysis) -> Result<(), QueryError> {
-        self.check_read(
-            &analysis.database,
-            analysis.tables.iter().map(|table| table.database.as_str()),
-        )
-    }
-
-    /// `error`, unless it says that something does not exist in a database the caller may
-    /// not read: then the refusal to read that database, so that a caller cannot learn which
-    /// databases and tables exist where it has no grant.
-    pub fn hide_unreadable(&self, error: QueryError) -> QueryError {
-        let database = match &error {
-            QueryError::DatabaseNotFound(database) => database,
-            QueryError::TableNotFound { database, .. } => database,
-            _ => return error,
-        };
-        match self.check_read(database, []) {
-            Ok(()) => error,
-            Err(denied) => denied,
-        }
-    }
-
-    /// The databases the catalog shows the caller.
-    pub fn visible_databases(&self) -> VisibleDatabases {
-        self.grants
-            .as_ref()
-            .map_or(VisibleDatabases::All, |grants| grants.visible_databases())
-    }
+/// Why the governor refused or ended a query.
+#[derive(Debug, thiserror::Error)]
+pub enum GovernanceError {
+    /// The query was stopped: timed out, cancelled, or over the server's memory ceiling.
+    #[error("{0}")]
+    Stopped(StopReason),
+    /// As many queries run and wait as the server takes.
+    #[error(
+        "the server is busy: {running} queries are running and {queued} are waiting \
+         (max_concurrent_queries, max_queued_queries); retry shortly"
+    )]
+    Busy {
+        /// `max_concurrent_queries`.
+        running: usize,
+        /// `max_queued_queries`.
+        queued: usize,
+    },
+    /// The governor's own runtime could not start.
+    #[error("cannot start the query runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 /// Why a running query was stopped.
@@ -210,7 +136,7 @@ pub struct QueryInfo {
     /// Its text (the first [`LISTED_SQL_CHARS`] characters).
     pub sql: String,
     /// Where it came from.
-    pub protocol: Protocol,
+    pub protocol: QueryProtocol,
     /// The caller it runs for (a token's name), if it was authenticated.
     pub token: Option<String>,
     /// Running or queued.
@@ -229,7 +155,7 @@ struct Tracked {
     id: u64,
     database: String,
     sql: String,
-    protocol: Protocol,
+    protocol: QueryProtocol,
     token: Option<String>,
     arrived: Instant,
     running: AtomicBool,
@@ -280,7 +206,7 @@ pub struct Governor {
 
 impl Governor {
     /// A governor enforcing `limits`, with its runtime and its memory watchdog started.
-    pub(crate) fn start(limits: Limits) -> Result<Arc<Self>, QueryError> {
+    pub(crate) fn start(limits: Limits) -> Result<Arc<Self>, GovernanceError> {
         let runtime = QueryRuntime::start(limits.threads)?;
         let governor = Arc::new(Governor {
             slots: Arc::new(Semaphore::new(limits.max_concurrent_queries.max(1))),
@@ -327,7 +253,7 @@ impl Governor {
         database: &str,
         sql: &str,
         control: &QueryControl,
-    ) -> Result<Admitted, QueryError> {
+    ) -> Result<Admitted, GovernanceError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let tracked = Arc::new(Tracked {
             id,
@@ -366,7 +292,10 @@ impl Governor {
         Ok(admitted)
     }
 
-    async fn wait_for_slot(&self, admitted: &Admitted) -> Result<OwnedSemaphorePermit, QueryError> {
+    async fn wait_for_slot(
+        &self,
+        admitted: &Admitted,
+    ) -> Result<OwnedSemaphorePermit, GovernanceError> {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             return Ok(slot);
         }
@@ -375,7 +304,7 @@ impl Governor {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
         });
         if queued >= self.limits.max_queued_queries {
-            return Err(QueryError::Busy {
+            return Err(GovernanceError::Busy {
                 running: self.limits.max_concurrent_queries,
                 queued: self.limits.max_queued_queries,
             });
@@ -384,7 +313,7 @@ impl Governor {
             slot = self.slots.clone().acquire_owned() => {
                 Ok(slot.expect("the governor never closes its semaphore"))
             }
-            reason = admitted.stopped() => Err(QueryError::Stopped(reason)),
+            reason = admitted.stopped() => Err(GovernanceError::Stopped(reason)),
         }
     }
 
@@ -530,7 +459,7 @@ fn inline(
         let outcome = tokio::select! {
             collected = collected => collected,
             reason = admitted.stopped() => {
-                Err(DataFusionError::External(Box::new(QueryError::Stopped(reason))))
+                Err(DataFusionError::External(Box::new(reason)))
             }
         };
         drop(admitted);
@@ -595,12 +524,12 @@ async fn drive(
 
 /// The error for a query whose task ended before its answer did: the reason it was stopped,
 /// or a failure of the task itself (a panic).
-fn ended_early(tracked: &Tracked) -> QueryError {
+fn ended_early(tracked: &Tracked) -> DataFusionError {
     match tracked.reason.get() {
-        Some(reason) => QueryError::Stopped(reason.clone()),
-        None => QueryError::Internal(DataFusionError::Internal(
+        Some(reason) => DataFusionError::External(Box::new(reason.clone())),
+        None => DataFusionError::Internal(
             "the query's task ended before its answer (see the server log)".into(),
-        )),
+        ),
     }
 }
 
@@ -622,10 +551,7 @@ impl Batches {
                 Some(Ok(batch)) => Some((Ok(batch), Some(this))),
                 Some(Err(e)) => Some((Err(e), None)),
                 None if this.done.load(Ordering::Acquire) => None,
-                None => {
-                    let error = ended_early(&this.tracked);
-                    Some((Err(DataFusionError::External(Box::new(error))), None))
-                }
+                None => Some((Err(ended_early(&this.tracked)), None)),
             }
         })
     }
@@ -705,7 +631,7 @@ impl Drop for AbortOnDrop {
 struct QueryRuntime(Option<tokio::runtime::Runtime>);
 
 impl QueryRuntime {
-    fn start(threads: usize) -> Result<Self, QueryError> {
+    fn start(threads: usize) -> Result<Self, GovernanceError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("quiver-query")
@@ -713,12 +639,7 @@ impl QueryRuntime {
             .on_thread_start(lower_priority)
             .enable_all()
             .build()
-            .map_err(|e| {
-                QueryError::Internal(DataFusionError::Context(
-                    "cannot start the query runtime".into(),
-                    Box::new(DataFusionError::IoError(e)),
-                ))
-            })?;
+            .map_err(GovernanceError::Runtime)?;
         Ok(QueryRuntime(Some(runtime)))
     }
 
@@ -750,7 +671,6 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan_nodes::testing::physical_plan;
     use datafusion::prelude::SessionContext;
 
     /// Where `sql` runs, in a session with table `t` of 5,000 rows (`v`, exact statistics).
@@ -768,7 +688,13 @@ mod tests {
         let ctx = SessionContext::new();
         let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![rows]]).unwrap();
         ctx.register_table("t", Arc::new(table)).unwrap();
-        let plan = physical_plan(&ctx, sql).await;
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
         Placement::of(&plan)
     }
 

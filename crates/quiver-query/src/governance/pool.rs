@@ -15,7 +15,7 @@ use datafusion::execution::memory_pool::{
 };
 
 /// How a refusal caused by the memory other queries hold begins: the query would fit once
-/// they finish, so a retry can succeed (`QueryError::MemoryBusy`).
+/// they finish, so a retry can succeed (the engine's `QueryError::MemoryBusy`).
 pub(crate) const OTHERS_HOLD_MEMORY: &str = "other running queries hold";
 
 /// What all queries together have reserved, and the most they may.

@@ -7,7 +7,7 @@
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use super::{system, Governor, StopReason};
+use super::{Governor, StopReason};
 
 /// How often the resident memory is read.
 const PERIOD: Duration = Duration::from_millis(100);
@@ -17,7 +17,7 @@ const GRACE: Duration = Duration::from_secs(2);
 
 /// Starts the watchdog of `governor`; it ends when the governor is dropped.
 pub(super) fn start(governor: Weak<Governor>, limit: usize) {
-    if system::resident_bytes().is_none() {
+    if quiver_model::machine::resident_bytes().is_none() {
         tracing::warn!(
             "the process's resident memory cannot be read here: max_server_memory_bytes only \
              bounds what queries reserve"
@@ -41,7 +41,7 @@ fn watch(governor: Weak<Governor>, limit: u64) {
         let Some(governor) = governor.upgrade() else {
             return;
         };
-        let Some(resident) = system::resident_bytes() else {
+        let Some(resident) = quiver_model::machine::resident_bytes() else {
             continue;
         };
         if resident <= limit {

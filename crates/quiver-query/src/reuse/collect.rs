@@ -23,9 +23,9 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::StreamExt;
+use quiver_exec::plan_nodes::{only_child, only_partition};
 
 use super::{PartKey, PartReuse, PartRows};
-use crate::plan_nodes::{only_child, only_partition};
 
 /// Which part a computed row belongs to.
 #[derive(Debug, Clone, Copy)]

@@ -29,12 +29,12 @@ use datafusion::error::Result;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::{col, Expr, LogicalPlan, LogicalPlanBuilder, Volatility};
 use datafusion::optimizer::AnalyzerRule;
+use quiver_exec::plan_settings::PlanSettings;
+use quiver_exec::time_filter::stands_alone;
 
 use super::scan::{nests_in_parts, PartValues, PartsShape, ReusedParts};
-use crate::rollup::definition::{strip_alias, Derivable, TimeBucket};
+use crate::rollup::definition::{strip_alias, Derivable};
 use crate::rollup::route::{is_time_predicate, renamed_like, QueryShape};
-use crate::rollup::RoutingSettings;
-use crate::time_filter::stands_alone;
 
 /// The name of the `n`th grouping column of the parts.
 fn group_column(n: usize) -> String {
@@ -49,7 +49,7 @@ impl AnalyzerRule for PartsReuseRule {
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let enabled = config
             .extensions
-            .get::<RoutingSettings>()
+            .get::<PlanSettings>()
             .is_some_and(|settings| settings.reuse_parts);
         if !enabled {
             return Ok(plan);
@@ -104,7 +104,7 @@ fn shape_of(query: &QueryShape) -> Option<Reusable> {
         if !row_local(plain) {
             return None;
         }
-        if let Ok(Some(bucket)) = TimeBucket::read(plain) {
+        if let Ok(Some(bucket)) = quiver_exec::bucket_expr::read_bucket(plain) {
             buckets.push((n, bucket));
         }
         group.push(unnormalize_col(plain.clone()).alias(group_column(n)));

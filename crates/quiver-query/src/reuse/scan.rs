@@ -42,13 +42,14 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_model::schema::TIME_COLUMN;
+use quiver_model::TimeBucket;
 use quiver_storage::{Ranges, Table, TableSnapshot, VERSION_CHUNK_NS};
 
 use super::collect::{PartCollectExec, PartOf};
 use super::{PartKey, PartReuse, PartRows};
 use crate::plan_cache::ScansRead;
 use crate::provider::{external, note_read, query_now_ns, QuiverTable};
-use crate::rollup::definition::{State, TimeBucket};
+use crate::rollup::definition::State;
 use crate::rollup::parts::{folded_time_range, time_ranges, RawRows};
 
 /// The widths a part may have, in minutes: multiples of storage's version chunk (ten

@@ -14,17 +14,15 @@ use datafusion::error::Result;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::datetime::expr_fn::date_bin;
 use datafusion::functions_aggregate::expr_fn::{count, first_value, last_value, max, min, sum};
-use datafusion::logical_expr::expr::{AggregateFunction, NullTreatment, ScalarFunction};
-use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::expr::{AggregateFunction, NullTreatment};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder, SortExpr, TableSource,
 };
-use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use quiver_model::schema::TIME_COLUMN;
+use quiver_model::TimeBucket;
 
 use crate::provider::QuiverTable;
-use crate::time_filter::timestamp_ns;
 
 /// One partial state a rollup keeps per bucket and group.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -249,88 +247,6 @@ const NOT_MERGEABLE: &[&str] = &[
     "mode",
 ];
 
-/// A `date_bin(width, time[, origin])` bucket: width and origin in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Hash)]
-pub(crate) struct TimeBucket {
-    pub(crate) width: i64,
-    pub(crate) origin: i64,
-}
-
-impl TimeBucket {
-    /// The bucket `expr` computes, if it is `date_bin` of the `time` column with a fixed
-    /// width and origin; `Err` with the reason if it is `date_bin` of something else;
-    /// `Ok(None)` if it is not `date_bin` at all.
-    pub(crate) fn read(expr: &Expr) -> Result<Option<Self>, String> {
-        Self::read_call(expr, "date_bin")
-    }
-
-    /// Like [`TimeBucket::read`], for a call of `function`, which takes `date_bin`'s
-    /// arguments.
-    pub(crate) fn read_call(expr: &Expr, function: &str) -> Result<Option<Self>, String> {
-        let Expr::ScalarFunction(ScalarFunction { func, args }) = expr else {
-            return Ok(None);
-        };
-        if func.name() != function {
-            return Ok(None);
-        }
-        let (width, source, origin) = match args.as_slice() {
-            [width, source] => (width, source, None),
-            [width, source, origin] => (width, source, Some(origin)),
-            _ => {
-                return Err(format!(
-                    "{expr}: {function} takes a width, time and an origin"
-                ))
-            }
-        };
-        if !matches!(source, Expr::Column(c) if c.name == TIME_COLUMN) {
-            return Err(format!("{expr}: buckets must be of the time column itself"));
-        }
-        let width = match constant(width) {
-            Some(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => (v.days as i64)
-                .checked_mul(86_400_000_000_000)
-                .and_then(|d| d.checked_add(v.nanoseconds)),
-            Some(ScalarValue::IntervalDayTime(Some(v))) => (v.days as i64)
-                .checked_mul(86_400_000_000_000)
-                .and_then(|d| d.checked_add(v.milliseconds as i64 * 1_000_000)),
-            Some(
-                ScalarValue::IntervalMonthDayNano(Some(_))
-                | ScalarValue::IntervalYearMonth(Some(_)),
-            ) => {
-                return Err(format!(
-                    "{expr}: buckets of months vary in length; use days or less"
-                ))
-            }
-            _ => None,
-        }
-        .filter(|&w| w > 0)
-        .ok_or_else(|| format!("{expr}: the bucket width must be a constant positive interval"))?;
-        let origin = match origin {
-            None => 0,
-            Some(origin) => constant(origin)
-                .and_then(|v| timestamp_ns(&Expr::Literal(v, None)))
-                .ok_or_else(|| format!("{expr}: the origin must be a constant timestamp"))?,
-        };
-        Ok(Some(TimeBucket { width, origin }))
-    }
-
-    /// True if every bucket of `self` is a union of whole buckets of `finer`.
-    pub(crate) fn is_made_of(&self, finer: &TimeBucket) -> bool {
-        self.width % finer.width == 0 && (self.origin - finer.origin) % finer.width == 0
-    }
-}
-
-/// The value of an expression that reads no column, if it folds to one (the clock is not
-/// known here: `now()` does not fold).
-pub(crate) fn constant(expr: &Expr) -> Option<ScalarValue> {
-    if !expr.column_refs().is_empty() {
-        return None;
-    }
-    match ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()) {
-        Ok(Expr::Literal(value, _)) => Some(value),
-        _ => None,
-    }
-}
-
 /// What a rollup keeps (see the module docs).
 #[derive(Debug)]
 pub(crate) struct RollupSpec {
@@ -372,7 +288,7 @@ impl RollupSpec {
         let mut tags = Vec::new();
         for group in aggregate.group_expr.iter() {
             let group = strip_alias(group);
-            if let Some(found) = TimeBucket::read(group)? {
+            if let Some(found) = quiver_exec::bucket_expr::read_bucket(group)? {
                 if bucket.replace(found).is_some() {
                     return Err(format!("{SHAPE}: group by one time bucket only"));
                 }

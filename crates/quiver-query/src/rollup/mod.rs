@@ -21,8 +21,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::common::config::ConfigExtension;
-use datafusion::common::extensions_options;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::ViewTable;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use parking_lot::RwLock;
@@ -31,29 +31,11 @@ use quiver_model::{Classify, ErrorKind};
 use quiver_storage::{RollupDefinition, RollupState, RollupStats, StorageError, Store};
 use serde::Serialize;
 
-use crate::sql_catalog::{QuiverCatalog, CATALOG_NAME};
+use crate::catalog_names::CATALOG_NAME;
+use crate::sql_catalog::{DatabaseViews, QuiverCatalog};
 pub(crate) use definition::RollupSpec;
 pub(crate) use maintain::Maintainer;
 pub(crate) use route::RollupRouteRule;
-
-extensions_options! {
-    /// Quiver's per-query settings that change how a query is planned (never its answer).
-    pub struct RoutingSettings {
-        /// Answer aggregates from rollups where that is exact (`quiver.use_rollups`).
-        pub use_rollups: bool, default = true
-        /// Answer aggregates over time ranges from reused time parts where that is exact
-        /// (set by the engine for queries the result cache lets reuse parts).
-        pub reuse_parts: bool, default = false
-        /// Plan scans for executors elsewhere (set by the engine for plans shipped to
-        /// Ballista): every file is read from Parquet, none from this server's decoded
-        /// columns.
-        pub ship_scans: bool, default = false
-    }
-}
-
-impl ConfigExtension for RoutingSettings {
-    const PREFIX: &'static str = "quiver";
-}
 
 thread_local! {
     static NOTES: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
@@ -177,7 +159,7 @@ impl Rollups {
             .clone()
             .with_default_catalog_and_schema(CATALOG_NAME, database);
         let ctx = SessionContext::new_with_state(
-            crate::engine::state_builder(config, self.runtime.clone()).build(),
+            quiver_exec::session::state_builder(config, self.runtime.clone()).build(),
         );
         ctx.register_catalog(
             CATALOG_NAME,
@@ -337,5 +319,18 @@ impl Rollups {
                 .get(&(d.database.clone(), d.name.clone()))
                 .cloned(),
         }
+    }
+}
+
+/// Each rollup is a read-only table of its database: reading it runs the rollup's statement
+/// (which the router answers from the rollup, exactly).
+impl DatabaseViews for Rollups {
+    fn names(&self, database: &str) -> Vec<String> {
+        Rollups::names(self, database)
+    }
+
+    fn view(&self, database: &str, name: &str) -> Option<Arc<dyn TableProvider>> {
+        let spec = self.spec(database, name)?;
+        Some(Arc::new(ViewTable::new(spec.plan.clone(), None)))
     }
 }

@@ -22,6 +22,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::ExecutionPlan;
+use quiver_exec::time_filter::{is_time_bound, time_bounds};
 use quiver_model::schema::TIME_COLUMN;
 use quiver_storage::{Ranges, RollupState, TableSnapshot};
 
@@ -29,7 +30,6 @@ use super::definition::RollupSpec;
 use super::route::QueryFilters;
 use crate::plan_cache::ScansRead;
 use crate::provider::{external, note_read, query_now_ns, QuiverTable};
-use crate::time_filter::{is_time_bound, time_bounds};
 
 /// At most this many raw ranges per routed scan: more are joined across the covered buckets
 /// between them (which are then read raw too).
@@ -114,7 +114,7 @@ impl RollupParts {
 
     /// The partial states of the raw rows in `uncovered` as of `snapshot` (the one the plan
     /// noted). The scan reads only the rows of those ranges, not of their hull (the
-    /// disjunction is a [`crate::time_filter::time_pieces`]).
+    /// disjunction is a [`quiver_exec::time_filter::time_pieces`]).
     fn raw_plan(&self, uncovered: &Ranges, snapshot: &Arc<TableSnapshot>) -> Result<LogicalPlan> {
         let mut filter = self.filters.raw.clone();
         filter.extend(time_ranges(uncovered));

@@ -33,13 +33,15 @@ use datafusion::logical_expr::{
     cast, Aggregate, Between, BinaryExpr, Expr, LogicalPlan, LogicalPlanBuilder, Operator,
 };
 use datafusion::optimizer::AnalyzerRule;
+use quiver_exec::plan_settings::PlanSettings;
+use quiver_exec::time_filter::{is_time_column, stands_alone};
+use quiver_model::TimeBucket;
 use quiver_storage::RollupState;
 
-use super::definition::{strip_alias, Derivable, RollupSpec, TimeBucket};
+use super::definition::{strip_alias, Derivable, RollupSpec};
 use super::parts::RollupParts;
-use super::{Rollups, RoutingNotes, RoutingSettings};
+use super::{Rollups, RoutingNotes};
 use crate::provider::QuiverTable;
-use crate::time_filter::{is_time_column, stands_alone};
 
 /// Routes aggregates to rollups (module docs).
 #[derive(Debug)]
@@ -51,7 +53,7 @@ impl AnalyzerRule for RollupRouteRule {
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let enabled = config
             .extensions
-            .get::<RoutingSettings>()
+            .get::<PlanSettings>()
             .is_none_or(|settings| settings.use_rollups);
         if !enabled {
             RoutingNotes::note("rollups: not used (use_rollups is off)".to_string());
@@ -193,7 +195,7 @@ impl<'a> QueryShape<'a> {
             .group_expr
             .iter()
             .map(|expr| {
-                if let Some(bucket) = TimeBucket::read(strip_alias(expr))? {
+                if let Some(bucket) = quiver_exec::bucket_expr::read_bucket(strip_alias(expr))? {
                     buckets += 1;
                     if buckets > 1 {
                         return Err("it groups by two time buckets".to_string());

@@ -19,11 +19,11 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use quiver_model::TimeBucket;
 
 use super::exec::{GapFillExec, Grid};
 use super::MAX_BUCKETS;
 use crate::plan_nodes::only_child;
-use crate::rollup::definition::TimeBucket;
 use crate::time_filter::timestamp_ns;
 
 /// How a gap (or a null the aggregate gave) of one aggregate column is filled; columns
@@ -32,7 +32,7 @@ use crate::time_filter::timestamp_ns;
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum FillMethod {
+pub enum FillMethod {
     /// The series' last non-null value before it.
     Locf,
     /// A line between the series' non-null values before and after it.
@@ -66,15 +66,15 @@ pub(super) fn describe_keys(
 /// One bound of the time range: `time >= expr` (`inclusive`) or `time > expr` for a lower
 /// bound, `<=` / `<` for an upper one. `expr` reads no column.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Hash)]
-pub(crate) struct Bound {
-    pub(crate) expr: Expr,
-    pub(crate) inclusive: bool,
+pub struct Bound {
+    pub expr: Expr,
+    pub inclusive: bool,
 }
 
 /// Fills the gaps of its input, an aggregate grouped by a time bucket (module docs of
 /// [`super`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct GapFill {
+pub struct GapFill {
     input: Arc<LogicalPlan>,
     /// The input's columns, every one but the keys nullable (a gap has no value), then one
     /// column per fill.
@@ -95,7 +95,7 @@ pub(crate) struct GapFill {
 impl GapFill {
     /// A gap fill of `input`: every aggregate column null in a gap, and one column more
     /// per fill of `fills`.
-    pub(crate) fn try_new(
+    pub fn try_new(
         input: Arc<LogicalPlan>,
         time_column: usize,
         series_columns: Vec<usize>,
@@ -127,7 +127,7 @@ impl GapFill {
 
     /// This node with the aggregate column `column` filled by `method` (`function` is its SQL
     /// name, for errors), and the column that holds the filled values.
-    pub(crate) fn fill_column(
+    pub fn fill_column(
         &self,
         column: &Column,
         method: FillMethod,
@@ -309,7 +309,7 @@ impl UserDefinedLogicalNodeCore for GapFill {
 
 /// Quiver's physical planner: DataFusion's, with the planners of Quiver's logical nodes.
 #[derive(Debug)]
-pub(crate) struct QuiverQueryPlanner;
+pub struct QuiverQueryPlanner;
 
 #[async_trait]
 impl QueryPlanner for QuiverQueryPlanner {
@@ -326,7 +326,7 @@ impl QueryPlanner for QuiverQueryPlanner {
 
 /// Plans [`GapFill`] as [`GapFillExec`].
 #[derive(Debug)]
-pub(crate) struct GapFillPlanner;
+pub struct GapFillPlanner;
 
 #[async_trait]
 impl ExtensionPlanner for GapFillPlanner {

@@ -1,13 +1,15 @@
 //! `role = scheduler` and `role = executor`: DataFusion Ballista's scheduler and executor,
 //! embedded in the one binary, for queries that run distributed (`distributed = auto | on`).
+//! The server hands each its settings ([`ExecutorSettings`]) and the tables' files.
 //!
 //! Both use Quiver's plan codec ([`QuiverPhysicalCodec`]), so the plans query-serving nodes
 //! ship (with Quiver's deduplicating merge and gap fill in them) decode as they were planned.
 //! An executor reads the Parquet files the plans name from `object_store_url`, registered
 //! where the plans' scans look for them; its shuffle files go to `<data_dir>/shuffle`.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ballista_core::RuntimeProducer;
@@ -17,10 +19,38 @@ use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::SessionBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::object_store::ObjectStore;
-use quiver_query::distributed::{register_table_files, QuiverPhysicalCodec, MAX_MESSAGE_BYTES};
 
-use crate::config::Config;
-use crate::serve::ServeError;
+use crate::{register_table_files, QuiverPhysicalCodec, MAX_MESSAGE_BYTES};
+
+/// Why a scheduler or an executor cannot start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    /// A setting is wrong (the message names it), or Ballista refused or stopped.
+    #[error("{0}")]
+    Config(String),
+    /// A directory it needs cannot be made.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The failure.
+        source: std::io::Error,
+    },
+}
+
+/// What an executor is told by the server's settings.
+#[derive(Debug, Clone)]
+pub struct ExecutorSettings {
+    /// `executor_addr`: where it listens and where the others reach it (its task port is the
+    /// next one).
+    pub executor_addr: String,
+    /// `scheduler_addr`: the scheduler it registers with.
+    pub scheduler_addr: String,
+    /// The data directory (its shuffle files go to `shuffle/` under it).
+    pub data_dir: PathBuf,
+    /// `object_store_url`, for the log.
+    pub object_store_url: String,
+}
 
 /// Seconds between an executor's heartbeats.
 const HEARTBEAT_SECS: u64 = 5;
@@ -28,10 +58,14 @@ const HEARTBEAT_SECS: u64 = 5;
 /// its tasks again elsewhere.
 const EXECUTOR_TIMEOUT_SECS: u64 = 20;
 
-/// Runs the scheduler at `scheduler_addr` until SIGTERM or Ctrl-C.
-pub(crate) async fn run_scheduler(config: &Config) -> Result<(), ServeError> {
-    let files = table_files(config)?;
-    let addr = resolve(&config.query.scheduler_addr, "scheduler_addr").await?;
+/// Runs the scheduler at `scheduler_addr` until `shutdown` completes; `files` are the tables'
+/// files, where the plans it decodes name them.
+pub async fn run_scheduler(
+    scheduler_addr: &str,
+    files: Arc<dyn ObjectStore>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RoleError> {
+    let addr = resolve(scheduler_addr, "scheduler_addr").await?;
     // the plans it decodes name the tables' files where the executors find them
     let session: SessionBuilder = Arc::new(move |session| {
         let state = ballista_core::utils::default_session_builder(session)?;
@@ -64,25 +98,27 @@ pub(crate) async fn run_scheduler(config: &Config) -> Result<(), ServeError> {
         ballista_scheduler::scheduler_process::start_server(cluster, addr, Arc::new(scheduler));
     tokio::select! {
         served = serving => served.map_err(ballista("the scheduler stopped")),
-        () = crate::serve::shutdown_signal() => Ok(()),
+        () = shutdown => Ok(()),
     }
 }
 
 /// Runs an executor at `executor_addr` for the scheduler at `scheduler_addr` until SIGTERM or
-/// Ctrl-C (it finishes its running tasks first).
-pub(crate) async fn run_executor(config: &Config) -> Result<(), ServeError> {
-    let files = table_files(config)?;
-    let own = resolve(&config.executor_addr, "executor_addr").await?;
+/// Ctrl-C (it finishes its running tasks first), reading the tables' `files`.
+pub async fn run_executor(
+    settings: &ExecutorSettings,
+    files: Arc<dyn ObjectStore>,
+) -> Result<(), RoleError> {
+    let own = resolve(&settings.executor_addr, "executor_addr").await?;
     if own.ip().is_unspecified() {
-        return Err(ServeError::Config(format!(
+        return Err(RoleError::Config(format!(
             "executor_addr {} must be the address the scheduler and query-serving nodes reach \
              this executor at (it is also where it listens), not an unspecified address",
-            config.executor_addr
+            settings.executor_addr
         )));
     }
     warn_unless_loopback(own, "executor_addr");
-    let scheduler = resolve(&config.query.scheduler_addr, "scheduler_addr").await?;
-    let work_dir = shuffle_dir(&config.store.data_dir)?;
+    let scheduler = resolve(&settings.scheduler_addr, "scheduler_addr").await?;
+    let work_dir = shuffle_dir(&settings.data_dir)?;
     let runtime_dir = work_dir.clone();
     let runtime: RuntimeProducer = Arc::new(move |_| {
         let runtime = RuntimeEnvBuilder::new()
@@ -92,7 +128,7 @@ pub(crate) async fn run_executor(config: &Config) -> Result<(), ServeError> {
         Ok(Arc::new(runtime))
     });
     let grpc_port = own.port().checked_add(1).ok_or_else(|| {
-        ServeError::Config("executor_addr's port must leave the next one free".into())
+        RoleError::Config("executor_addr's port must leave the next one free".into())
     })?;
     let executor = ExecutorProcessConfig {
         bind_host: own.ip().to_string(),
@@ -110,23 +146,10 @@ pub(crate) async fn run_executor(config: &Config) -> Result<(), ServeError> {
         override_runtime_producer: Some(runtime),
         ..ExecutorProcessConfig::default()
     };
-    tracing::info!(%own, %scheduler, data = %config.store.object_store_url, "Ballista executor");
+    tracing::info!(%own, %scheduler, data = %settings.object_store_url, "Ballista executor");
     start_executor_process(Arc::new(executor))
         .await
         .map_err(ballista("the executor stopped"))
-}
-
-/// The tables' files in `object_store_url`, which a scheduler and an executor need (set it to
-/// the writer's).
-fn table_files(config: &Config) -> Result<Arc<dyn ObjectStore>, ServeError> {
-    let url = &config.store.object_store_url;
-    if url.is_empty() {
-        return Err(ServeError::Config(format!(
-            "role = {} works on the files of object_store_url: set it to the writer's",
-            config.store.role.name()
-        )));
-    }
-    Ok(quiver_storage::shared_files(url)?)
 }
 
 /// Warns that Ballista's services at `addr` (the `setting`) take plans and hand out answers
@@ -143,12 +166,12 @@ fn warn_unless_loopback(addr: SocketAddr, setting: &str) {
 }
 
 /// `<data_dir>/shuffle`, created (absolute: Ballista names its files by it).
-fn shuffle_dir(data_dir: &Path) -> Result<std::path::PathBuf, ServeError> {
-    let dir = std::path::absolute(data_dir.join("shuffle")).map_err(|source| ServeError::Io {
+fn shuffle_dir(data_dir: &Path) -> Result<PathBuf, RoleError> {
+    let dir = std::path::absolute(data_dir.join("shuffle")).map_err(|source| RoleError::Io {
         context: format!("cannot resolve {}", data_dir.display()),
         source,
     })?;
-    std::fs::create_dir_all(&dir).map_err(|source| ServeError::Io {
+    std::fs::create_dir_all(&dir).map_err(|source| RoleError::Io {
         context: format!("cannot create {}", dir.display()),
         source,
     })?;
@@ -156,16 +179,16 @@ fn shuffle_dir(data_dir: &Path) -> Result<std::path::PathBuf, ServeError> {
 }
 
 /// The socket address `addr` (HOST:PORT) names; `setting` names it in errors.
-async fn resolve(addr: &str, setting: &str) -> Result<SocketAddr, ServeError> {
+async fn resolve(addr: &str, setting: &str) -> Result<SocketAddr, RoleError> {
     let mut found = tokio::net::lookup_host(addr)
         .await
-        .map_err(|e| ServeError::Config(format!("{setting} {addr:?} is not HOST:PORT: {e}")))?;
+        .map_err(|e| RoleError::Config(format!("{setting} {addr:?} is not HOST:PORT: {e}")))?;
     found
         .next()
-        .ok_or_else(|| ServeError::Config(format!("{setting} {addr:?} names no address")))
+        .ok_or_else(|| RoleError::Config(format!("{setting} {addr:?} names no address")))
 }
 
 /// A Ballista failure while `doing` something.
-fn ballista(doing: &'static str) -> impl FnOnce(ballista_core::error::BallistaError) -> ServeError {
-    move |e| ServeError::Config(format!("{doing}: {e}"))
+fn ballista(doing: &'static str) -> impl FnOnce(ballista_core::error::BallistaError) -> RoleError {
+    move |e| RoleError::Config(format!("{doing}: {e}"))
 }

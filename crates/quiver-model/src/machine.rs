@@ -1,18 +1,16 @@
-//! What the machine gives the process: the memory budget the defaults are shares of (physical
-//! memory, or the cgroup limit when that is smaller) and the process's resident memory, which
-//! the ceiling watches. Linux reads `/proc` and `/sys/fs/cgroup`; elsewhere the budget falls
-//! back to a fixed size and the resident memory is unknown (the ceiling then only bounds what
-//! queries reserve).
+//! What the machine gives the process, read once for every layer: the memory it may use (the
+//! budget the memory-sized defaults of caches, buffers and queries are shares of: physical
+//! memory, or the cgroup's limit when that is smaller) and its resident memory, which the
+//! query governor's ceiling watches. Linux reads `/proc` and `/sys/fs/cgroup` (v2, else v1);
+//! elsewhere both are unknown.
 
-/// The budget used when the machine's memory cannot be read.
-const FALLBACK_BUDGET_BYTES: u64 = 8 << 30;
-
-/// The memory this process may use: physical memory, or the cgroup's limit if smaller.
-pub fn memory_budget_bytes() -> u64 {
-    let physical = physical_memory_bytes().unwrap_or(FALLBACK_BUDGET_BYTES);
-    match cgroup_limit_bytes() {
-        Some(limit) => physical.min(limit),
-        None => physical,
+/// The memory this process may use: physical memory, or the cgroup's limit (v2
+/// `memory.max`, else v1 `memory.limit_in_bytes`) when that is smaller; `None` if neither can
+/// be read.
+pub fn available_memory_bytes() -> Option<u64> {
+    match (physical_memory_bytes(), cgroup_limit_bytes()) {
+        (Some(physical), Some(limit)) => Some(physical.min(limit)),
+        (physical, limit) => physical.or(limit),
     }
 }
 
@@ -40,7 +38,12 @@ fn cgroup_limit_bytes() -> Option<u64> {
     let v2 = std::fs::read_to_string("/sys/fs/cgroup/memory.max");
     let v1 = || std::fs::read_to_string("/sys/fs/cgroup/memory/memory.limit_in_bytes");
     let text = v2.or_else(|_| v1()).ok()?;
-    // "max" (v2) or a huge number (v1) mean no limit
+    parse_cgroup_limit(&text)
+}
+
+/// A cgroup memory limit file's value; `None` for "max" (v2) or a huge number (v1), which
+/// mean no limit.
+fn parse_cgroup_limit(text: &str) -> Option<u64> {
     text.trim()
         .parse::<u64>()
         .ok()
@@ -60,9 +63,16 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_limits_of_both_versions_read_unlimited_as_none() {
+        assert_eq!(parse_cgroup_limit("max\n"), None);
+        assert_eq!(parse_cgroup_limit("9223372036854771712\n"), None);
+        assert_eq!(parse_cgroup_limit("1073741824\n"), Some(1 << 30));
+    }
+
+    #[test]
     fn the_budget_is_positive_and_the_process_is_resident() {
-        assert!(memory_budget_bytes() > 0);
         if cfg!(target_os = "linux") {
+            assert!(available_memory_bytes().unwrap() > 0);
             assert!(resident_bytes().unwrap() > 0);
         }
     }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::progress::Progress;
-use super::{describe_error, describe_error_from_line, exchange, plural, ServerAddress};
+use super::{block_on, plural, ServerAddress};
+use crate::{Client, ClientError, LpWritten, DEFAULT_DATABASE};
 
 /// Bytes of line protocol per request (a line longer than this goes whole in its own).
 const CHUNK_BYTES: usize = 4 << 20;
@@ -24,7 +25,7 @@ pub struct WriteArgs {
     #[command(flatten)]
     server: ServerAddress,
     /// Database to write into (created on first write).
-    #[arg(long, default_value = super::DEFAULT_DATABASE)]
+    #[arg(long, default_value = DEFAULT_DATABASE)]
     db: String,
     /// Timestamp precision: auto, ns, us, ms or s.
     #[arg(long, default_value = "auto")]
@@ -50,6 +51,7 @@ struct Tally {
 /// (and every line the server rejected, with its number in the input).
 pub fn write(args: WriteArgs) -> Result<(), String> {
     let (mut input, size) = open(&args.file)?;
+    let client = args.server.client();
     let mut progress = Progress::new(size);
     let mut tally = Tally::default();
     let mut requests = 0;
@@ -65,7 +67,7 @@ pub fn write(args: WriteArgs) -> Result<(), String> {
             break;
         }
         let sent = chunk.len() as u64;
-        let written = send(&args, chunk, tally.lines + 1, &tally, &progress)?;
+        let written = send(&client, &args, chunk, tally.lines + 1, &tally, &progress)?;
         requests += 1;
         tally.written += written.lines;
         tally.rejected += written.rejected;
@@ -171,46 +173,38 @@ struct Written {
 /// Sends one chunk starting at input line `first_line`: its written and rejected lines
 /// (rejected ones printed now), or the error that stops the command.
 fn send(
+    client: &Client,
     args: &WriteArgs,
     chunk: Vec<u8>,
     first_line: u64,
     before: &Tally,
     progress: &Progress,
 ) -> Result<Written, String> {
-    let request = args
-        .server
-        .post("/api/v3/write_lp")?
-        .query(&[
-            ("db", args.db.as_str()),
-            ("precision", args.precision.as_str()),
-        ])
-        .body(chunk);
     let stopped = |why: String| stopped_at(args, first_line, before, &why);
-    let reply = exchange(request)
-        .map_err(|e| stopped(format!("{e} (its lines may or may not have been written)")))?;
-    let count = |header: &str| {
-        reply
-            .headers
-            .get(header)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
+    let unconfirmed = |e: &dyn std::fmt::Display| {
+        stopped(format!("{e} (its lines may or may not have been written)"))
     };
-    let written = count(quiver_http::LINES_WRITTEN_HEADER);
-    if reply.status.is_success() {
-        return Ok(Written {
-            lines: written.unwrap_or(0),
-            rejected: 0,
-        });
-    }
-    match written {
-        // some lines rejected, the others of this request written: go on, as the server did
-        Some(lines) if reply.status == reqwest::StatusCode::BAD_REQUEST => {
-            let rejected = count(quiver_http::LINES_REJECTED_HEADER).unwrap_or(0);
-            let described = describe_error_from_line(reply.status, &reply.body, first_line);
-            progress.println(&described);
-            Ok(Written { lines, rejected })
+    let sent =
+        block_on(client.write_lp(&args.db, &args.precision, chunk)).map_err(|e| unconfirmed(&e))?;
+    match sent {
+        Ok(LpWritten {
+            lines_written,
+            lines_rejected,
+            rejection,
+        }) => {
+            // some lines rejected, the others of this request written: go on, as the server did
+            if let Some(rejection) = rejection {
+                progress.println(&rejection.describe_from_line(first_line));
+            }
+            Ok(Written {
+                lines: lines_written,
+                rejected: lines_rejected,
+            })
         }
-        _ => Err(stopped(describe_error(reply.status, &reply.body))),
+        Err(ClientError::Server(refused)) => Err(stopped(refused.to_string())),
+        // nothing was sent
+        Err(e @ ClientError::PlainHttpOnly { .. }) => Err(e.to_string()),
+        Err(e) => Err(unconfirmed(&e)),
     }
 }
 

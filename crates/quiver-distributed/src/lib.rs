@@ -1,4 +1,5 @@
-//! Distributed execution on DataFusion Ballista: whether a query runs there
+//! `quiver-distributed` is Quiver's distributed execution on DataFusion Ballista, and the only
+//! crate that links Ballista: whether a query runs there
 //! (`distributed = off | auto | on`, see [`Distributed`] and `decide`), how its physical
 //! plan travels to the scheduler and the executors ([`QuiverPhysicalCodec`]), and the job that
 //! runs it (`job`).
@@ -15,6 +16,7 @@
 mod codec;
 mod decide;
 mod job;
+pub mod roles;
 mod ship;
 
 use std::str::FromStr;
@@ -25,15 +27,14 @@ use datafusion::object_store::ObjectStore;
 use serde::{Deserialize, Serialize};
 
 pub use codec::QuiverPhysicalCodec;
-pub(crate) use job::run_job;
-pub use job::{JobError, MAX_MESSAGE_BYTES};
-pub(crate) use ship::{distribute, Distribution};
+pub use job::{failed, job_error, run_job, JobError, Scheduler, MAX_MESSAGE_BYTES};
+pub use ship::{distribute, Distribution, ShipError, ShipSettings, ShippedPlan};
 
-/// Registers `files` (a shared store's, [`quiver_storage::shared_files`]) in `runtime` where
+/// Registers `files` (a shared store's, `quiver_storage::shared_files`) in `runtime` where
 /// the scans of shipped plans look for the tables' Parquet files: what an executor's task
 /// runtime needs.
 pub fn register_table_files(runtime: &RuntimeEnv, files: Arc<dyn ObjectStore>) {
-    crate::provider::register_data_store(runtime, files);
+    quiver_exec::table_files::register_table_files(runtime, files);
 }
 
 /// Where queries run: on this server, or on DataFusion Ballista's executors.

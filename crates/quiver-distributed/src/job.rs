@@ -41,7 +41,7 @@ const SLOW_POLL_INTERVAL: Duration = Duration::from_millis(100);
 const NOT_RUNNING_LIMIT: Duration = Duration::from_secs(60);
 
 /// A connection to the scheduler.
-pub(crate) type Scheduler = SchedulerGrpcClient<Channel>;
+pub type Scheduler = SchedulerGrpcClient<Channel>;
 
 /// Connects to the scheduler at `addr` (`host:port`).
 pub(crate) async fn connect_scheduler(addr: &str) -> Result<Scheduler, String> {
@@ -61,7 +61,7 @@ pub(crate) async fn connect_scheduler(addr: &str) -> Result<Scheduler, String> {
 
 /// The answer of the encoded physical `plan` (whose output is `schema`), run as a job of the
 /// scheduler with DataFusion `settings`: a stream that submits the job when first polled.
-pub(crate) fn run_job(
+pub fn run_job(
     scheduler: Scheduler,
     plan: Vec<u8>,
     settings: Vec<(String, String)>,
@@ -96,7 +96,7 @@ fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
             },
         )
         .collect::<Result<Vec<_>, _>>()?;
-    crate::provider::batch_of(schema, columns, batch.num_rows())
+    quiver_exec::plan_nodes::batch_of(schema, columns, batch.num_rows())
 }
 
 /// A submitted job; cancelled if dropped before its answer was read to the end.
@@ -314,7 +314,7 @@ impl JobError {
 }
 
 /// `message` as a [`JobError`] in DataFusion's error.
-fn job_error(message: String) -> DataFusionError {
+pub fn job_error(message: String) -> DataFusionError {
     DataFusionError::External(Box::new(JobError {
         message,
         unreachable: false,
@@ -331,7 +331,7 @@ fn unreachable_error(message: String) -> DataFusionError {
 
 /// A gRPC failure while `doing` something with the scheduler: it did not answer, or it
 /// answered with an error.
-fn failed(doing: &str, status: tonic::Status) -> DataFusionError {
+pub fn failed(doing: &str, status: tonic::Status) -> DataFusionError {
     let message = format!("{doing} on the Ballista scheduler: {}", status.message());
     // (a connection cut mid-call is `Unknown` "transport error"; the scheduler's own
     // refusals are `Internal`, `InvalidArgument`, ...)
@@ -367,23 +367,4 @@ pub(crate) fn job_settings(config: &datafusion::prelude::SessionConfig) -> Vec<(
         .filter(|entry| entry.key.starts_with("datafusion."))
         .filter_map(|entry| entry.value.map(|value| (entry.key, value)))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use quiver_model::{Classify, ErrorKind};
-
-    use super::*;
-    use crate::QueryError;
-
-    #[test]
-    fn a_scheduler_that_stops_answering_is_unavailable_and_a_refusal_is_the_servers() {
-        let down = QueryError::from(failed("following the job", tonic::Status::unavailable("x")));
-        assert_eq!(down.kind(), ErrorKind::Unavailable, "{down}");
-        assert!(down.to_string().contains("following the job"), "{down}");
-        let refused = QueryError::from(failed("submitting", tonic::Status::internal("boom")));
-        assert_eq!(refused.kind(), ErrorKind::Internal, "{refused}");
-        let failed_job = QueryError::from(job_error("Ballista job 1 failed: x".into()));
-        assert_eq!(failed_job.kind(), ErrorKind::Internal, "{failed_job}");
-    }
 }

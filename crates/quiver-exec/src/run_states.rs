@@ -20,15 +20,15 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 /// A run of rows of one group: `start..end` in the batch, and the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Run {
-    pub(crate) start: usize,
-    pub(crate) end: usize,
-    pub(crate) group: usize,
+pub struct Run {
+    pub start: usize,
+    pub end: usize,
+    pub group: usize,
 }
 
 /// An aggregate whose state over a run is computed here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunAggregate {
+pub enum RunAggregate {
     /// `count(x)` / `count(*)`: state `[Int64]`.
     Count,
     /// `sum` of a `Float64`: state `[Float64]`.
@@ -46,7 +46,7 @@ pub(crate) enum RunAggregate {
 impl RunAggregate {
     /// The kind of `aggregate` over rows of `input`, if its state is one computed here (its
     /// name, argument type and state types must all match).
-    pub(crate) fn of(aggregate: &AggregateFunctionExpr, input: &Schema) -> Option<Self> {
+    pub fn of(aggregate: &AggregateFunctionExpr, input: &Schema) -> Option<Self> {
         let [argument] = aggregate.expressions().try_into().ok()?;
         let argument = argument.data_type(input).ok()?;
         let states: Vec<DataType> = aggregate
@@ -71,7 +71,7 @@ impl RunAggregate {
 
     /// Merges the state of `values` over each of `runs` into `accumulator` (a run without a
     /// value counts zero and its other states are null, as its rows would leave them).
-    pub(crate) fn merge_runs(
+    pub fn merge_runs(
         self,
         accumulator: &mut dyn GroupsAccumulator,
         values: &ArrayRef,

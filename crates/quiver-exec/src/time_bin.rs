@@ -7,22 +7,20 @@
 //! a closure. Bins of one query are multiples of one stride over a bounded span, so a bin's
 //! group is found by indexing a table by `(bin - first) / stride`, not by hashing it.
 
-use datafusion::functions::datetime::date_bin::DateBinFunc;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch};
-use arrow::datatypes::{DataType, IntervalMonthDayNanoType, Schema, TimeUnit};
-use arrow::datatypes::{IntervalDayTimeType, TimestampNanosecondType};
-use datafusion::common::ScalarValue;
+use arrow::datatypes::{DataType, Schema, TimeUnit, TimestampNanosecondType};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::functions::datetime::date_bin::DateBinFunc;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 
 /// A group key `date_bin(<fixed interval>, <column>)`: the column a non-nullable nanosecond
 /// timestamp of the input, the origin the default one.
 #[derive(Debug, Clone)]
-pub(crate) struct TimeBin {
+pub struct TimeBin {
     /// The timestamp column's index in the input.
     column: usize,
     /// The interval in nanoseconds (positive).
@@ -33,7 +31,7 @@ pub(crate) struct TimeBin {
 
 impl TimeBin {
     /// `expr` as a time bin over rows of `input`, if it is one (module docs).
-    pub(crate) fn of(expr: &Arc<dyn PhysicalExpr>, input: &Schema) -> Option<TimeBin> {
+    pub fn of(expr: &Arc<dyn PhysicalExpr>, input: &Schema) -> Option<TimeBin> {
         let function = expr.downcast_ref::<ScalarFunctionExpr>()?;
         let [interval, time] = function.args() else {
             return None;
@@ -42,7 +40,8 @@ impl TimeBin {
         if !function.fun().inner().is::<DateBinFunc>() {
             return None;
         }
-        let stride = fixed_nanoseconds(interval.downcast_ref::<Literal>()?.value())?;
+        let stride =
+            crate::bucket_expr::fixed_interval_ns(interval.downcast_ref::<Literal>()?.value())?;
         let column = time.downcast_ref::<Column>()?;
         let field = input.fields().get(column.index())?;
         let nanosecond_time = matches!(
@@ -58,7 +57,7 @@ impl TimeBin {
     }
 
     /// The bin of every row of `batch`.
-    pub(crate) fn bins(&self, batch: &RecordBatch) -> Result<Bins> {
+    pub fn bins(&self, batch: &RecordBatch) -> Result<Bins> {
         let column = batch.column(self.column);
         let times = column
             .as_primitive_opt::<TimestampNanosecondType>()
@@ -90,7 +89,7 @@ impl TimeBin {
     }
 
     /// `bins` (`None`: no bin) as the key's column.
-    pub(crate) fn column(&self, bins: Vec<Option<i64>>) -> Result<ArrayRef> {
+    pub fn column(&self, bins: Vec<Option<i64>>) -> Result<ArrayRef> {
         let DataType::Timestamp(_, zone) = &self.data_type else {
             unreachable!("a time bin is over a timestamp column");
         };
@@ -100,12 +99,12 @@ impl TimeBin {
     }
 
     /// The interval, in nanoseconds.
-    pub(crate) fn stride(&self) -> i64 {
+    pub fn stride(&self) -> i64 {
         self.stride
     }
 
     /// What `EXPLAIN` shows of the key.
-    pub(crate) fn describe(&self, input: &Schema) -> String {
+    pub fn describe(&self, input: &Schema) -> String {
         format!(
             "date_bin({}ns, {})",
             self.stride,
@@ -115,30 +114,11 @@ impl TimeBin {
 }
 
 /// The bins of a batch's rows.
-pub(crate) enum Bins {
+pub enum Bins {
     /// Every row's bin.
     Every(Vec<i64>),
     /// Each row's bin, `None` where it is not an i64 (see [`TimeBin::bins`]).
     Partial(Vec<Option<i64>>),
-}
-
-/// A fixed interval literal (no months) in nanoseconds, if it is one and fits.
-fn fixed_nanoseconds(value: &ScalarValue) -> Option<i64> {
-    const DAY: i64 = 86_400_000_000_000;
-    match value {
-        ScalarValue::IntervalMonthDayNano(Some(v)) => {
-            let (months, days, nanos) = IntervalMonthDayNanoType::to_parts(*v);
-            (months == 0).then_some(())?;
-            i64::from(days).checked_mul(DAY)?.checked_add(nanos)
-        }
-        ScalarValue::IntervalDayTime(Some(v)) => {
-            let (days, millis) = IntervalDayTimeType::to_parts(*v);
-            i64::from(days)
-                .checked_mul(DAY)?
-                .checked_add(i64::from(millis).checked_mul(1_000_000)?)
-        }
-        _ => None,
-    }
 }
 
 /// Most slots a [`BinGroups`] table holds; bins beyond it are hashed.
@@ -158,7 +138,7 @@ const NO_GROUP: usize = usize::MAX;
 /// bin seen, in strides (grown either way as bins arrive, to at most [`SLOTS_PER_GROUP`]
 /// slots per group beyond [`FREE_SLOTS`]), and a map for bins too far out.
 #[derive(Debug, Default)]
-pub(crate) struct BinGroups {
+pub struct BinGroups {
     /// The bin of `slots[0]`.
     first: i64,
     slots: Vec<usize>,
@@ -172,7 +152,7 @@ pub(crate) struct BinGroups {
 impl BinGroups {
     /// The group of `bin` (a multiple of `stride`, or none), made by `new_group` if it has
     /// none.
-    pub(crate) fn group(
+    pub fn group(
         &mut self,
         bin: Option<i64>,
         stride: i64,
@@ -240,7 +220,7 @@ impl BinGroups {
     }
 
     /// Heap bytes held.
-    pub(crate) fn size(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<usize>()
             + self.far.capacity() * (std::mem::size_of::<(i64, usize)>() + 1)
     }
@@ -248,6 +228,8 @@ impl BinGroups {
 
 #[cfg(test)]
 mod tests {
+    use arrow::datatypes::{IntervalDayTimeType, IntervalMonthDayNanoType};
+    use datafusion::common::ScalarValue;
     use proptest::prelude::*;
 
     use super::*;
@@ -316,18 +298,24 @@ mod tests {
             )))
         };
         assert_eq!(
-            fixed_nanoseconds(&month_day_nano(0, 0, 60_000_000_000)),
+            crate::bucket_expr::fixed_interval_ns(&month_day_nano(0, 0, 60_000_000_000)),
             Some(60_000_000_000)
         );
         assert_eq!(
-            fixed_nanoseconds(&month_day_nano(0, 2, 5)),
+            crate::bucket_expr::fixed_interval_ns(&month_day_nano(0, 2, 5)),
             Some(2 * 86_400_000_000_000 + 5)
         );
-        assert_eq!(fixed_nanoseconds(&month_day_nano(1, 0, 0)), None);
-        assert_eq!(fixed_nanoseconds(&month_day_nano(0, i32::MAX, 0)), None);
+        assert_eq!(
+            crate::bucket_expr::fixed_interval_ns(&month_day_nano(1, 0, 0)),
+            None
+        );
+        assert_eq!(
+            crate::bucket_expr::fixed_interval_ns(&month_day_nano(0, i32::MAX, 0)),
+            None
+        );
         let day_time = ScalarValue::IntervalDayTime(Some(IntervalDayTimeType::make_value(1, 500)));
         assert_eq!(
-            fixed_nanoseconds(&day_time),
+            crate::bucket_expr::fixed_interval_ns(&day_time),
             Some(86_400_000_000_000 + 500_000_000)
         );
     }

@@ -5,13 +5,15 @@
 
 use std::sync::Arc;
 
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::ExecutionPlan;
 
 /// `plan` with every node of type `N` for which `rewrite` gives a replacement replaced,
 /// bottom up (what each of Quiver's physical rules does).
-pub(crate) fn rewrite_nodes<N: ExecutionPlan + 'static>(
+pub fn rewrite_nodes<N: ExecutionPlan + 'static>(
     plan: Arc<dyn ExecutionPlan>,
     rewrite: impl Fn(&N, &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -29,7 +31,7 @@ pub(crate) fn rewrite_nodes<N: ExecutionPlan + 'static>(
 }
 
 /// Refuses a partition other than 0 of `node`, an operator with one output partition.
-pub(crate) fn only_partition(partition: usize, node: &str) -> Result<()> {
+pub fn only_partition(partition: usize, node: &str) -> Result<()> {
     if partition != 0 {
         return Err(DataFusionError::Internal(format!(
             "{node} has one partition, asked for {partition}"
@@ -39,7 +41,7 @@ pub(crate) fn only_partition(partition: usize, node: &str) -> Result<()> {
 }
 
 /// The one element of `children` given to `node`'s `with_new_children`.
-pub(crate) fn only_child<T>(children: Vec<T>, node: &str) -> Result<T> {
+pub fn only_child<T>(children: Vec<T>, node: &str) -> Result<T> {
     let count = children.len();
     let [child]: [T; 1] = children.try_into().map_err(|_| {
         DataFusionError::Internal(format!("{node} has exactly one child, was given {count}"))
@@ -47,15 +49,29 @@ pub(crate) fn only_child<T>(children: Vec<T>, node: &str) -> Result<T> {
     Ok(child)
 }
 
+/// `columns` (of `rows` rows, which may be none) as a batch of `schema`.
+pub fn batch_of(
+    schema: &SchemaRef,
+    columns: Vec<arrow::array::ArrayRef>,
+    rows: usize,
+) -> Result<RecordBatch> {
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
+}
+
 #[cfg(test)]
-pub(crate) mod testing {
+pub mod testing {
     use std::sync::Arc;
 
     use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
     use datafusion::prelude::SessionContext;
 
     /// The physical plan of `sql` in `ctx`.
-    pub(crate) async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+    pub async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
         ctx.sql(sql)
             .await
             .unwrap()
@@ -66,7 +82,7 @@ pub(crate) mod testing {
 
     /// The answer to `sql` in `ctx` as lines of a table, in its order, and whether its plan
     /// has a node named `node`.
-    pub(crate) async fn answer_and_use(
+    pub async fn answer_and_use(
         ctx: &SessionContext,
         sql: &str,
         node: &str,

@@ -35,7 +35,7 @@ mod tests;
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, FieldRef};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::plan_err;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -52,12 +52,11 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionContext;
 
-pub(crate) use exec::{GapFillExec, Grid};
-pub(crate) use node::FillMethod;
-pub(crate) use node::QuiverQueryPlanner;
+pub use exec::{GapFillExec, Grid};
+pub use node::FillMethod;
+pub use node::QuiverQueryPlanner;
 use node::{Bound, GapFill};
 
-use crate::rollup::definition::TimeBucket;
 use crate::time_filter::{compared_with_time, is_time_column};
 
 /// The bucketing function whose GROUP BY fills gaps.
@@ -68,14 +67,14 @@ const LOCF: &str = "locf";
 const INTERPOLATE: &str = "interpolate";
 
 /// The name of [`GapFillRule`] (which DataFusion puts before the rule's errors).
-pub(crate) const RULE_NAME: &str = "gap_fill";
+pub const RULE_NAME: &str = "gap_fill";
 
 /// Most buckets one series may be filled with (as InfluxQL's `GROUP BY time` allows).
-pub(crate) const MAX_BUCKETS: u64 = quiver_influxql::plan::DEFAULT_MAX_BUCKETS;
+pub const MAX_BUCKETS: u64 = quiver_model::MAX_QUERY_BUCKETS;
 
 /// Registers `date_bin_gapfill`, `locf` and `interpolate` in `ctx`, and the rule that plans
 /// them (before `next_rules`, which must see the rewritten aggregate).
-pub(crate) fn register_functions(ctx: &SessionContext) {
+pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(DateBinGapfill::default()));
     ctx.register_udf(ScalarUDF::new_from_impl(FillMarker::new(LOCF)));
     ctx.register_udf(ScalarUDF::new_from_impl(FillMarker::new(INTERPOLATE)));
@@ -163,7 +162,7 @@ fn misplaced(function: &str) -> String {
 
 /// The analyzer rule that plans gap filling (module docs).
 #[derive(Debug)]
-pub(crate) struct GapFillRule;
+pub struct GapFillRule;
 
 impl AnalyzerRule for GapFillRule {
     fn name(&self) -> &str {
@@ -193,7 +192,7 @@ impl AnalyzerRule for GapFillRule {
 }
 
 /// Whether `plan` calls a gap-filling function (before [`GapFillRule`] plans them).
-pub(crate) fn uses_gap_fill(plan: &LogicalPlan) -> Result<bool> {
+pub fn uses_gap_fill(plan: &LogicalPlan) -> Result<bool> {
     Ok(first_call(plan)?.is_some())
 }
 
@@ -263,7 +262,8 @@ fn gap_fill_over(aggregate: Aggregate) -> Result<GapFill> {
     let mut bucket = None;
     let mut group_expr = Vec::with_capacity(aggregate.group_expr.len());
     for (index, expr) in aggregate.group_expr.iter().enumerate() {
-        let read = TimeBucket::read_call(expr, DATE_BIN_GAPFILL).map_err(DataFusionError::Plan)?;
+        let read = crate::bucket_expr::read_bucket_call(expr, DATE_BIN_GAPFILL)
+            .map_err(DataFusionError::Plan)?;
         match read {
             Some(_) if bucket.is_some() => {
                 return plan_err!("a query may group by one date_bin_gapfill() only")
@@ -444,4 +444,45 @@ fn take_fill(expr: Expr, gap_fill: &mut GapFill) -> Result<Transformed<Expr>> {
     let (filled, output) = gap_fill.fill_column(column, method, name)?;
     *gap_fill = filled;
     Ok(Transformed::yes(Expr::Column(output)))
+}
+
+/// The answer's schema of a statement whose plan is `plan` and optimized plan `optimized`: the
+/// statement's (`schema`), except that a gap-filling statement's columns are nullable where
+/// the optimized plan has them so (`count` is null in a gap). Describing the statement gives
+/// the same, so that Flight SQL's announced schema is the one streamed.
+pub fn gap_filled_schema(
+    schema: SchemaRef,
+    plan: &LogicalPlan,
+    optimized: &LogicalPlan,
+) -> Result<SchemaRef, DataFusionError> {
+    Ok(match uses_gap_fill(plan)? {
+        true => nullable_where_either(schema, optimized.schema().as_arrow()),
+        false => schema,
+    })
+}
+
+/// `statement`'s schema with a column nullable where `optimized` has it nullable too.
+fn nullable_where_either(statement: SchemaRef, optimized: &Schema) -> SchemaRef {
+    let widen = statement
+        .fields()
+        .iter()
+        .zip(optimized.fields())
+        .any(|(s, o)| !s.is_nullable() && o.is_nullable());
+    if !widen || statement.fields().len() != optimized.fields().len() {
+        return statement;
+    }
+    let fields: Vec<Field> = statement
+        .fields()
+        .iter()
+        .zip(optimized.fields())
+        .map(|(s, o)| {
+            s.as_ref()
+                .clone()
+                .with_nullable(s.is_nullable() || o.is_nullable())
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(
+        fields,
+        statement.metadata().clone(),
+    ))
 }

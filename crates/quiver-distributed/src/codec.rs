@@ -22,11 +22,10 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use prost::Message;
+use quiver_exec::dedup_exec::DeduplicateExec;
+use quiver_exec::gap_fill::{FillMethod, GapFillExec, Grid};
+use quiver_exec::value_limits::is_capped;
 use serde::{Deserialize, Serialize};
-
-use crate::dedup_exec::DeduplicateExec;
-use crate::gap_fill::{FillMethod, GapFillExec, Grid};
-use crate::governance::value_limits::is_capped;
 
 /// The first byte of a node Ballista's own codec encoded.
 const BALLISTA_NODE: u8 = 0;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
@@ -14,28 +15,49 @@ use prost::Message;
 use super::decide::{distributed_state, scan_bytes, stages, Decision};
 use super::job::{connect_scheduler, job_settings, Scheduler, MAX_MESSAGE_BYTES};
 use super::{Distributed, DistributedError, QuiverPhysicalCodec};
-use crate::{QueryError, QueryOptions};
+
+/// What of the server's settings decides and shapes a shipped plan.
+#[derive(Debug, Clone)]
+pub struct ShipSettings {
+    /// `distributed_min_scan_bytes`: under it, `auto` runs a query here.
+    pub min_scan_bytes: u64,
+    /// The shipped plan's parallelism (`distributed_partitions`, or `query_partitions`).
+    pub partitions: usize,
+    /// Where the scheduler listens (`scheduler_addr`).
+    pub scheduler_addr: String,
+}
+
+/// Why a query could not be planned for Ballista.
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// It had to run there and cannot (see [`DistributedError`]).
+    #[error(transparent)]
+    Refused(DistributedError),
+    /// Planning the statement failed (as it would here).
+    #[error(transparent)]
+    Planning(#[from] DataFusionError),
+}
 
 /// Where one query runs, planned for Ballista if it runs there.
-pub(crate) struct Distribution {
+pub struct Distribution {
     /// What `EXPLAIN` adds to the final physical plan: the decision, and Ballista's stages.
-    pub(crate) explain: String,
+    pub explain: String,
     /// The job to start, when the query (not an `EXPLAIN` of it) runs on Ballista.
-    pub(crate) job: Option<ShippedPlan>,
+    pub job: Option<ShippedPlan>,
 }
 
 /// A plan ready to run on Ballista.
-pub(crate) struct ShippedPlan {
+pub struct ShippedPlan {
     /// The scheduler, connected.
-    pub(crate) scheduler: Scheduler,
+    pub scheduler: Scheduler,
     /// The plan, as planned here.
-    pub(crate) plan: Arc<dyn ExecutionPlan>,
+    pub plan: Arc<dyn ExecutionPlan>,
     /// The plan as it travels.
-    pub(crate) encoded: Vec<u8>,
+    pub encoded: Vec<u8>,
     /// The session's DataFusion settings, for the executors.
-    pub(crate) settings: Vec<(String, String)>,
+    pub settings: Vec<(String, String)>,
     /// The answer's schema (the statement's).
-    pub(crate) schema: SchemaRef,
+    pub schema: SchemaRef,
 }
 
 /// Plans a statement (`plan` gives its unoptimized plan and its answer's schema) in `mode`
@@ -43,28 +65,28 @@ pub(crate) struct ShippedPlan {
 /// executors, its plan unable to travel, or no scheduler (logged). For `on`, each of those
 /// but the size is an error. `stored` is what the statement's tables hold: under `auto`'s
 /// threshold, it is not planned for Ballista at all (it is planned here next).
-pub(crate) async fn distribute<F, P>(
+pub async fn distribute<F, P>(
     state: &SessionState,
     plan: P,
     mode: Distributed,
-    (options, shared, stored): (&QueryOptions, Option<&str>, u64),
-) -> Result<Distribution, QueryError>
+    (settings, shared, stored): (&ShipSettings, Option<&str>, u64),
+) -> Result<Distribution, ShipError>
 where
     P: FnOnce() -> F,
     F: std::future::Future<Output = datafusion::error::Result<(LogicalPlan, SchemaRef)>>,
 {
     // what needs no plan: data the executors cannot read, or too little of it for auto (the
     // engine asks nothing of `off`)
-    let small = mode == Distributed::Auto && stored < options.distributed_min_scan_bytes;
+    let small = mode == Distributed::Auto && stored < settings.min_scan_bytes;
     if shared.is_none() || small {
-        let decision = Decision::of(mode, stored, options.distributed_min_scan_bytes, shared)
-            .map_err(QueryError::Distributed)?;
+        let decision = Decision::of(mode, stored, settings.min_scan_bytes, shared)
+            .map_err(ShipError::Refused)?;
         return Ok(local(decision));
     }
     let (logical, schema) = plan().await?;
-    let state = distributed_state(state, options.distributed_partitions());
+    let state = distributed_state(state, settings.partitions);
     let optimized = state.optimize(&logical)?;
-    let schema = crate::engine::gap_filled_schema(schema, &logical, &optimized)?;
+    let schema = quiver_exec::gap_fill::gap_filled_schema(schema, &logical, &optimized)?;
     let (inner, explaining) = match optimized {
         LogicalPlan::Explain(explain) => (explain.plan.as_ref().clone(), true),
         LogicalPlan::Analyze(_) => {
@@ -78,13 +100,8 @@ where
         .query_planner()
         .create_physical_plan(&inner, &state)
         .await?;
-    let decision = Decision::of(
-        mode,
-        scan_bytes(&plan),
-        options.distributed_min_scan_bytes,
-        shared,
-    )
-    .map_err(QueryError::Distributed)?;
+    let decision = Decision::of(mode, scan_bytes(&plan), settings.min_scan_bytes, shared)
+        .map_err(ShipError::Refused)?;
     let Decision::Ballista(_) = &decision else {
         return Ok(local(decision));
     };
@@ -92,7 +109,7 @@ where
         Ok(encoded) => encoded,
         Err(why) => return fall_back(mode, why, false),
     };
-    let scheduler = match connect_scheduler(&options.scheduler_addr).await {
+    let scheduler = match connect_scheduler(&settings.scheduler_addr).await {
         Ok(scheduler) => scheduler,
         Err(why) => return fall_back(mode, why, true),
     };
@@ -130,13 +147,9 @@ fn local(decision: Decision) -> Distribution {
 }
 
 /// For `on`, the error `why` is; for `auto`, the query runs here (with a warning).
-fn fall_back(
-    mode: Distributed,
-    why: String,
-    unavailable: bool,
-) -> Result<Distribution, QueryError> {
+fn fall_back(mode: Distributed, why: String, unavailable: bool) -> Result<Distribution, ShipError> {
     if mode == Distributed::On {
-        return Err(QueryError::Distributed(DistributedError {
+        return Err(ShipError::Refused(DistributedError {
             message: format!("distributed = on, but {why}"),
             unavailable,
         }));

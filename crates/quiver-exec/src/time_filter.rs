@@ -13,21 +13,21 @@ use quiver_model::schema::TIME_COLUMN;
 /// The range of `time` values the query's filters allow (inclusive), from conjuncts of the
 /// form `time <op> <timestamp literal>` and `time BETWEEN a AND b`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TimeBounds {
+pub struct TimeBounds {
     /// The oldest time allowed.
-    pub(crate) min: i64,
+    pub min: i64,
     /// The newest time allowed.
-    pub(crate) max: i64,
+    pub max: i64,
 }
 
 impl TimeBounds {
     /// No bound at all.
-    pub(crate) const ALL: TimeBounds = TimeBounds {
+    pub const ALL: TimeBounds = TimeBounds {
         min: i64::MIN,
         max: i64::MAX,
     };
 
-    pub(crate) fn overlaps(&self, lo: i64, hi: i64) -> bool {
+    pub fn overlaps(&self, lo: i64, hi: i64) -> bool {
         lo <= self.max && hi >= self.min
     }
 
@@ -49,40 +49,40 @@ impl TimeBounds {
 /// What a scan's filters let through of `time`: their bounds, and the pieces within them
 /// where the filters name any ([`time_pieces`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TimeStretches {
+pub struct TimeStretches {
     /// The range the filters allow.
-    pub(crate) bounds: TimeBounds,
+    pub bounds: TimeBounds,
     /// The disjoint stretches of `bounds` they allow, ascending, if they say.
     pieces: Option<Vec<TimeBounds>>,
 }
 
 impl TimeStretches {
     /// What `filters` let through.
-    pub(crate) fn of(filters: &[Expr]) -> Self {
+    pub fn of(filters: &[Expr]) -> Self {
         let bounds = time_bounds(filters);
         let pieces = time_pieces(filters, bounds);
         TimeStretches { bounds, pieces }
     }
 
     /// True if a row in `[lo, hi]` may pass.
-    pub(crate) fn overlaps(&self, lo: i64, hi: i64) -> bool {
+    pub fn overlaps(&self, lo: i64, hi: i64) -> bool {
         self.ranges().iter().any(|range| range.overlaps(lo, hi))
     }
 
     /// The ranges rows may be in, ascending and disjoint.
-    pub(crate) fn ranges(&self) -> &[TimeBounds] {
+    pub fn ranges(&self) -> &[TimeBounds] {
         self.pieces
             .as_deref()
             .unwrap_or(std::slice::from_ref(&self.bounds))
     }
 
     /// True if every time passes.
-    pub(crate) fn is_all(&self) -> bool {
+    pub fn is_all(&self) -> bool {
         self.ranges() == [TimeBounds::ALL]
     }
 }
 
-pub(crate) fn time_bounds(filters: &[Expr]) -> TimeBounds {
+pub fn time_bounds(filters: &[Expr]) -> TimeBounds {
     let mut bounds = TimeBounds::ALL;
     for filter in filters {
         collect_bounds(filter, &mut bounds);
@@ -124,7 +124,7 @@ fn time_comparison(left: &Expr, op: Operator, right: &Expr) -> Option<(Operator,
 
 /// `time <op> <expr>` with `time` on either side: the operator seen from `time`, and the
 /// other side.
-pub(crate) fn compared_with_time<'a>(
+pub fn compared_with_time<'a>(
     left: &'a Expr,
     op: Operator,
     right: &'a Expr,
@@ -148,7 +148,7 @@ fn time_between(between: &Between) -> Option<(i64, i64)> {
 
 /// True if `expr` can be evaluated on its own: no subquery, no reference to an outer query and
 /// no placeholder anywhere in it (functions of the clock are allowed: see the callers).
-pub(crate) fn stands_alone(expr: &Expr) -> bool {
+pub fn stands_alone(expr: &Expr) -> bool {
     !expr
         .exists(|e| {
             Ok(matches!(
@@ -164,13 +164,13 @@ pub(crate) fn stands_alone(expr: &Expr) -> bool {
 }
 
 /// The table's `time` column, as is.
-pub(crate) fn is_time_column(expr: &Expr) -> bool {
+pub fn is_time_column(expr: &Expr) -> bool {
     matches!(expr, Expr::Column(c) if c.name == TIME_COLUMN)
 }
 
 /// A timestamp literal in nanoseconds; `None` (no bound, so nothing is pruned) if it is not
 /// one or does not fit in `i64` nanoseconds.
-pub(crate) fn timestamp_ns(expr: &Expr) -> Option<i64> {
+pub fn timestamp_ns(expr: &Expr) -> Option<i64> {
     let Expr::Literal(value, _) = expr else {
         return None;
     };
@@ -191,7 +191,7 @@ const MAX_PIECES: usize = 64;
 /// by `OR` allows (each range a conjunction of [`is_time_bound`]s, or `true` / `false`),
 /// ascending and disjoint; `None` if no conjunct is one (then `bounds` is all there is), or if
 /// there are more than [`MAX_PIECES`]. An empty list allows no row.
-pub(crate) fn time_pieces(filters: &[Expr], bounds: TimeBounds) -> Option<Vec<TimeBounds>> {
+pub fn time_pieces(filters: &[Expr], bounds: TimeBounds) -> Option<Vec<TimeBounds>> {
     let alternatives = filters
         .iter()
         .flat_map(|f| split_conjunction(f))
@@ -242,7 +242,7 @@ fn range_of(alternative: &Expr) -> Option<Option<TimeBounds>> {
 }
 
 /// `time < | <= | > | >= <timestamp>` (either side) or `time BETWEEN a AND b`.
-pub(crate) fn is_time_range(expr: &Expr) -> bool {
+pub fn is_time_range(expr: &Expr) -> bool {
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => time_comparison(left, *op, right)
             .is_some_and(|(op, _)| {
@@ -257,7 +257,7 @@ pub(crate) fn is_time_range(expr: &Expr) -> bool {
 }
 
 /// A conjunct [`time_bounds`] reads whole: a time range ([`is_time_range`]) or `time = <timestamp>`.
-pub(crate) fn is_time_bound(expr: &Expr) -> bool {
+pub fn is_time_bound(expr: &Expr) -> bool {
     is_time_range(expr)
         || matches!(expr, Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right })
             if time_comparison(left, Operator::Eq, right).is_some())

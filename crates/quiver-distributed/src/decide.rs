@@ -12,12 +12,12 @@ use datafusion::error::Result;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
+use quiver_exec::dictionary_group::DictionaryGroupRule;
+use quiver_exec::first_rows::FirstRowsRule;
+use quiver_exec::float_compare::FloatCompareRule;
+use quiver_exec::plan_settings::PlanSettings;
 
 use super::{Distributed, DistributedError};
-use crate::dictionary_group::DictionaryGroupRule;
-use crate::first_rows::FirstRowsRule;
-use crate::float_compare::FloatCompareRule;
-use crate::rollup::RoutingSettings;
 
 /// Where one query runs, and why (what `EXPLAIN` says).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +106,7 @@ pub(crate) fn distributed_state(state: &SessionState, partitions: usize) -> Sess
     optimizer.enable_aggregate_dynamic_filter_pushdown = false;
     let extensions = &mut state.config_mut().options_mut().extensions;
     let mut routing = extensions
-        .get::<RoutingSettings>()
+        .get::<PlanSettings>()
         .cloned()
         .unwrap_or_default();
     routing.reuse_parts = false;

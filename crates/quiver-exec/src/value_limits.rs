@@ -58,21 +58,21 @@ const CAPPED: [(&str, Growth); 6] = [
 
 /// The most a capped function may produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct OutputLimits {
+pub struct OutputLimits {
     /// Bytes of one value (`max_value_bytes`, at most `query_memory_bytes`).
-    pub(crate) value: u64,
+    pub value: u64,
     /// Bytes of one call's output over a batch (`query_memory_bytes`).
-    pub(crate) batch: u64,
+    pub batch: u64,
 }
 
 /// Whether `name` is a function whose output this server caps (executors elsewhere would run
 /// it uncapped).
-pub(crate) fn is_capped(name: &str) -> bool {
+pub fn is_capped(name: &str) -> bool {
     CAPPED.iter().any(|(capped, _)| *capped == name)
 }
 
 /// Replaces the session's capped functions with versions that refuse outputs over `limits`.
-pub(crate) fn cap_functions(ctx: &SessionContext, limits: OutputLimits) {
+pub fn cap_functions(ctx: &SessionContext, limits: OutputLimits) {
     for (name, growth) in CAPPED {
         if let Ok(inner) = ctx.udf(name) {
             let capped = Capped {
@@ -320,7 +320,7 @@ fn steps(array: &ArrayRef) -> Result<Vec<i64>> {
     }
     let intervals = arrow::compute::cast(array, &DataType::Interval(IntervalUnit::MonthDayNano))?;
     let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
-    const DAY: i64 = 86_400_000_000_000;
+    const DAY: i64 = crate::bucket_expr::NANOS_PER_DAY;
     Ok((0..intervals.len())
         .map(|i| {
             let v = intervals.value(i);

@@ -33,15 +33,15 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
+use quiver_model::TimeBucket;
 
 use super::node::{describe_keys, FillMethod};
 use crate::plan_nodes::{only_child, only_partition};
-use crate::rollup::definition::TimeBucket;
 
 /// The buckets every series is filled with: `count` buckets of `stride` nanoseconds from
 /// `first`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grid {
+pub struct Grid {
     first: i64,
     count: u64,
     stride: i64,
@@ -50,7 +50,7 @@ pub(crate) struct Grid {
 impl Grid {
     /// The buckets of `bucket` from the one holding `lower` to the one holding `upper`
     /// (inclusive; none if `lower > upper`); refused past `max` buckets.
-    pub(crate) fn try_new(bucket: TimeBucket, lower: i64, upper: i64, max: u64) -> Result<Grid> {
+    pub fn try_new(bucket: TimeBucket, lower: i64, upper: i64, max: u64) -> Result<Grid> {
         let stride = bucket.width;
         if lower > upper {
             return Ok(Grid {
@@ -91,12 +91,12 @@ impl Grid {
 
     /// The first bucket, how many there are, and their width (what [`Grid::from_parts`]
     /// takes).
-    pub(crate) fn parts(&self) -> (i64, u64, i64) {
+    pub fn parts(&self) -> (i64, u64, i64) {
         (self.first, self.count, self.stride)
     }
 
     /// The grid [`Grid::parts`] described; fails unless the width is positive.
-    pub(crate) fn from_parts((first, count, stride): (i64, u64, i64)) -> Result<Grid> {
+    pub fn from_parts((first, count, stride): (i64, u64, i64)) -> Result<Grid> {
         if stride <= 0 {
             return Err(DataFusionError::Internal(format!(
                 "a gap-fill grid of buckets {stride} ns wide"
@@ -148,7 +148,7 @@ enum Role {
 
 /// Fills the gaps of its input; see the module documentation.
 #[derive(Debug)]
-pub(crate) struct GapFillExec {
+pub struct GapFillExec {
     input: Arc<dyn ExecutionPlan>,
     schema: SchemaRef,
     time_column: usize,
@@ -164,7 +164,7 @@ pub(crate) struct GapFillExec {
 impl GapFillExec {
     /// A gap fill of `input` with `grid`'s buckets; `schema` is the input's (but for
     /// nullability), then a column per fill.
-    pub(crate) fn try_new(
+    pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
         schema: SchemaRef,
         time_column: usize,
@@ -204,22 +204,22 @@ impl GapFillExec {
     }
 
     /// The bucket column.
-    pub(crate) fn time_column(&self) -> usize {
+    pub fn time_column(&self) -> usize {
         self.time_column
     }
 
     /// The GROUP BY columns other than the bucket.
-    pub(crate) fn series_columns(&self) -> &[usize] {
+    pub fn series_columns(&self) -> &[usize] {
         &self.series_columns
     }
 
     /// The buckets every series is filled with.
-    pub(crate) fn grid(&self) -> Grid {
+    pub fn grid(&self) -> Grid {
         self.grid
     }
 
     /// The output's columns after the input's: the input column each fills, and how.
-    pub(crate) fn fills(&self) -> &[(usize, FillMethod)] {
+    pub fn fills(&self) -> &[(usize, FillMethod)] {
         &self.fills
     }
 
