@@ -4,6 +4,11 @@
 //! `distinct()`, `top()`/`bottom()` and `integral()`, which answer rows of their own; several
 //! measurements as one union, or a subquery read as a view; then fill, order and the
 //! per-series `LIMIT`/`OFFSET` and `SLIMIT`/`SOFFSET`.
+//!
+//! This module plans the statement and its parts (raw points, aggregates, `distinct()`),
+//! unions the parts and orders and limits the answer; `functions` is the catalogue of
+//! InfluxQL's functions, `grouping` the `GROUP BY` and `fill()`, `ranked` `top()` and
+//! `bottom()`, `sources` the `FROM`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -15,17 +20,30 @@ use datafusion::logical_expr::{
     cast, lit, Expr as DfExpr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder, SortExpr,
     TableSource,
 };
-use datafusion::prelude::{ident, nullif};
+use datafusion::prelude::ident;
 use quiver_model::schema::FieldType;
 
 use super::expr::{self, Columns, Resolved};
-use super::fill::{self, Buckets};
 use super::integral::Integral;
 use super::transform::{self, Transformation};
 
 use super::time_range::{self, TimeRange};
 use super::{PlanContext, PlanError, MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
-use crate::ast::{Dimension, Expr, Fill, SelectStatement, Source, WildcardKind};
+use crate::ast::{Expr, SelectStatement, Source, WildcardKind};
+
+mod functions;
+mod grouping;
+mod ranked;
+mod sources;
+
+use functions::{
+    accepts, aggregate_call, field_value, has_aggregate, is_aggregate_function, is_transformation,
+    rows_of_their_own, Selector,
+};
+pub(super) use grouping::{bucket, bucket_of, key_tags, tag_key, Grouping};
+use grouping::{fill_aggregates, grouping};
+use ranked::Ranked;
+use sources::sources;
 
 /// Most columns a statement may select (after wildcards are expanded): twice what a table may
 /// hold by default (`max_columns_per_table`); planning is not linear in them.
@@ -39,14 +57,6 @@ const POINTS: &str = "__points";
 pub(super) struct OutputColumn {
     pub(super) name: String,
     pub(super) expr: Expr,
-}
-
-/// What is grouped by.
-pub(super) struct Grouping {
-    /// `GROUP BY time(interval, offset)`.
-    pub(super) interval: Option<(i64, i64)>,
-    /// The tags, sorted.
-    pub(super) tags: Vec<String>,
 }
 
 pub(crate) fn plan_select(
@@ -203,184 +213,6 @@ fn plan_select_within(
     order_and_limit(plan, select, &grouping.tags, tiebreak)
 }
 
-/// `top(field, [tag, ...,] n)` / `bottom(...)`: the `n` points of a bucket with the largest
-/// (smallest) values, earlier points first among equal values, each with its own time and
-/// the other columns selected beside it; with tags, first the best point of each
-/// combination of their values, then the best `n` of those.
-struct Ranked {
-    /// Which output column it is.
-    column: usize,
-    field: Expr,
-    tags: Vec<String>,
-    n: i64,
-    largest: bool,
-}
-
-impl Ranked {
-    /// The statement's `top()` / `bottom()`, if it has one; refused where 1.x refuses it.
-    fn find(
-        columns: &[OutputColumn],
-        select: &SelectStatement,
-    ) -> Result<Option<Ranked>, PlanError> {
-        let Some((column, name, args)) =
-            columns.iter().enumerate().find_map(|(i, c)| match &c.expr {
-                Expr::Call { name, args } if name == "top" || name == "bottom" => {
-                    Some((i, name, args))
-                }
-                _ => None,
-            })
-        else {
-            return Ok(None);
-        };
-        if columns
-            .iter()
-            .enumerate()
-            .any(|(i, c)| i != column && !is_var_ref(&c.expr))
-        {
-            return Err(PlanError::new(format!(
-                "selector function {name}() cannot be combined with other functions"
-            )));
-        }
-        let (field, rest) = match args.as_slice() {
-            [field @ Expr::VarRef { .. }, rest @ .., _] => (field.clone(), rest),
-            _ => {
-                return Err(PlanError::new(format!(
-                    "invalid number of arguments for {name}, expected at least 2, got {}",
-                    args.len()
-                )))
-            }
-        };
-        let n = match args.last() {
-            Some(Expr::Literal(crate::ast::Literal::Integer(n))) if *n > 0 => *n,
-            Some(other) => {
-                return Err(PlanError::new(format!(
-                    "expected integer as last argument in {name}(), found {other}"
-                )))
-            }
-            None => 0,
-        };
-        let mut tags = Vec::new();
-        for arg in rest {
-            match arg {
-                Expr::VarRef { name, .. } => tags.push(name.clone()),
-                other => {
-                    return Err(PlanError::new(format!(
-                        "only fields or tags are allowed in {name}(), found {other}"
-                    )))
-                }
-            }
-        }
-        // (LIMIT 0 is no limit)
-        if let Some(limit) = select
-            .limit
-            .filter(|&limit| limit > 0 && (limit as i128) < n as i128)
-        {
-            return Err(PlanError::new(format!(
-                "limit ({n}) in {name} function can not be larger than the LIMIT ({limit}) in \
-                 the select statement"
-            )));
-        }
-        Ok(Some(Ranked {
-            column,
-            field,
-            tags,
-            n,
-            largest: name == "top",
-        }))
-    }
-
-    /// Shows the tags of `top(field, tag, ..., n)` right after it, as 1.x does (renamed
-    /// `<tag>_1` if the statement groups by it too: the series' key shows it).
-    fn add_tag_columns(&self, columns: &mut Vec<OutputColumn>, grouped: &[String]) {
-        let tags = self.tags.iter().map(|tag| OutputColumn {
-            name: match grouped.contains(tag) {
-                true => format!("{tag}_1"),
-                false => tag.clone(),
-            },
-            expr: Expr::VarRef {
-                name: tag.clone(),
-                data_type: None,
-            },
-        });
-        columns.splice(self.column + 1..self.column + 1, tags);
-        dedupe_names(columns);
-    }
-
-    /// One measurement's chosen points; `None` if the field is not one of its fields.
-    #[allow(clippy::too_many_arguments)]
-    fn part(
-        &self,
-        measurement: &str,
-        table: &Arc<dyn TableSource>,
-        cols: &Columns,
-        columns: &[OutputColumn],
-        grouping: &Grouping,
-        range: TimeRange,
-        rest: Option<&Expr>,
-    ) -> Result<Option<LogicalPlan>, PlanError> {
-        use datafusion::functions_window::expr_fn::row_number;
-        if field_names(&self.field, cols).is_empty() {
-            return Ok(None);
-        }
-        let value = field_value(&self.field, cols)?;
-        let order = vec![
-            value.clone().sort(!self.largest, false),
-            ident("time").sort(true, false),
-        ];
-        let mut partition: Vec<DfExpr> = grouping
-            .interval
-            .map(|(interval, offset)| bucket(interval, offset))
-            .into_iter()
-            .collect();
-        partition.extend(grouping.tags.iter().map(|tag| tag_key(cols, tag)));
-        let mut builder =
-            scan(measurement, table, cols, range, rest)?.filter(value.clone().is_not_null())?;
-        if !self.tags.is_empty() {
-            // the best point of each combination of the tags' values first
-            let mut by_tags = partition.clone();
-            by_tags.extend(
-                self.tags
-                    .iter()
-                    .map(|t| {
-                        expr::scalar(
-                            &Expr::VarRef {
-                                name: t.clone(),
-                                data_type: None,
-                            },
-                            cols,
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            );
-            let best = row_number()
-                .partition_by(by_tags)
-                .order_by(order.clone())
-                .build()?;
-            builder = builder
-                .window(vec![best.alias("__best")])?
-                .filter(ident("__best").eq(lit(1u64)))?;
-        }
-        let rank = row_number()
-            .partition_by(partition)
-            .order_by(order)
-            .build()?;
-        let mut projection = key_columns(measurement, ident("time"), grouping, cols);
-        for (i, column) in columns.iter().enumerate() {
-            let value = match i == self.column {
-                true => value.clone(),
-                false => expr::scalar(&column.expr, cols)?,
-            };
-            projection.push(value.alias(&column.name));
-        }
-        let plan = builder
-            .window(vec![rank.alias("__rank")])?
-            .filter(ident("__rank").lt_eq(lit(self.n as u64)))?
-            .project(projection)?
-            .build()?;
-        Ok(Some(plan))
-    }
-}
-
 /// Hidden column of a `distinct()` answer: when a value was first seen in its bucket (1.x
 /// lists a bucket's values in that order; with `ORDER BY time DESC` too, here).
 const FIRST_SEEN: &str = "__first_seen";
@@ -498,92 +330,6 @@ fn take_transformations(
     Ok(found)
 }
 
-/// The function in `expr` that answers rows of its own (`distinct`, `top`, `bottom`,
-/// `integral`), which a transformation cannot run along.
-fn rows_of_their_own(expr: &Expr) -> Option<&str> {
-    match expr {
-        Expr::Call { name, .. }
-            if matches!(name.as_str(), "distinct" | "top" | "bottom" | "integral") =>
-        {
-            Some(name)
-        }
-        Expr::Call { args, .. } => args.iter().find_map(rows_of_their_own),
-        Expr::Binary { lhs, rhs, .. } => rows_of_their_own(lhs).or_else(|| rows_of_their_own(rhs)),
-        Expr::Paren(inner) => rows_of_their_own(inner),
-        _ => None,
-    }
-}
-
-/// Aggregates with their missing values filled (`fill()`, null by default): with `GROUP BY
-/// time` over a range with a start, every bucket of every series first gets a row.
-fn fill_aggregates(
-    plan: LogicalPlan,
-    select: &SelectStatement,
-    ctx: &PlanContext<'_>,
-    grouping: &Grouping,
-    range: TimeRange,
-    columns: &[OutputColumn],
-) -> Result<LogicalPlan, PlanError> {
-    let fill = select.fill.clone().unwrap_or(Fill::Null);
-    let outputs: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
-    let counts: Vec<bool> = columns.iter().map(|c| is_count(&c.expr)).collect();
-    let plan = match (grouping.interval, range.lower, &fill) {
-        (Some((interval, offset)), Some(lower), fill) if *fill != Fill::None => {
-            let upper = range.upper.unwrap_or(ctx.now_ns.saturating_add(1));
-            let buckets = Buckets::new(lower, upper, interval, offset, ctx.max_buckets)?;
-            fill::grid(plan, &buckets, &grouping.tags, &outputs)?
-        }
-        // without a start there is no first bucket to fill from
-        _ => plan,
-    };
-    fill::fill_values(plan, &grouping.tags, &outputs, &counts, &fill)
-}
-
-fn is_count(expr: &Expr) -> bool {
-    matches!(expr, Expr::Call { name, .. } if name == "count")
-}
-
-/// The `GROUP BY` of `select`: its time interval and the tags (a regular expression or `*`
-/// matched against every measurement's tags).
-fn grouping(select: &SelectStatement, all: &[Columns]) -> Result<Grouping, PlanError> {
-    let mut interval = None;
-    let mut tags = BTreeSet::new();
-    let every_tag: BTreeSet<String> = all.iter().flat_map(Columns::tags).collect();
-    for dimension in &select.group_by {
-        match dimension {
-            Dimension::Time {
-                interval: i,
-                offset,
-            } => {
-                if interval.is_some() {
-                    return Err(PlanError::new("multiple time dimensions not allowed"));
-                }
-                if *i <= 0 {
-                    return Err(PlanError::new("GROUP BY time() needs a positive interval"));
-                }
-                interval = Some((*i, offset.unwrap_or(0).rem_euclid(*i)));
-            }
-            Dimension::Tag(tag) => {
-                tags.insert(tag.clone());
-            }
-            Dimension::Wildcard => tags.extend(every_tag.iter().cloned()),
-            Dimension::Regex(pattern) => {
-                let regex = expr::bounded_regex(pattern)?;
-                tags.extend(
-                    every_tag
-                        .iter()
-                        .filter(|t| regex.is_match(t.as_str()))
-                        .cloned(),
-                );
-            }
-        }
-    }
-    Ok(Grouping {
-        interval,
-        tags: tags.into_iter().collect(),
-    })
-}
-
 /// The selected columns, wildcards and regular expressions expanded over every measurement's
 /// fields and tags, named as InfluxDB 1.x names them (a repeated name gets `_1`, `_2`, ...).
 fn output_columns(
@@ -682,20 +428,6 @@ fn output_columns(
     Ok(columns)
 }
 
-/// Whether aggregate `function` applies to a field of `field_type` (for `mean(*)` and
-/// friends, which skip the fields it does not).
-fn accepts(function: &str, field_type: FieldType) -> bool {
-    let numeric = matches!(
-        field_type,
-        FieldType::Float | FieldType::Integer | FieldType::UInteger
-    );
-    match function {
-        "count" | "first" | "last" | "distinct" | "mode" => true,
-        "max" | "min" => numeric || field_type == FieldType::Boolean,
-        _ => numeric,
-    }
-}
-
 fn dedupe_names(columns: &mut [OutputColumn]) {
     let mut seen: std::collections::HashSet<String> = ["time".to_string()].into();
     for column in columns.iter_mut() {
@@ -713,156 +445,6 @@ fn dedupe_names(columns: &mut [OutputColumn]) {
 
 fn is_var_ref(expr: &Expr) -> bool {
     matches!(expr, Expr::VarRef { .. })
-}
-
-/// InfluxQL's aggregate and selector functions.
-fn is_aggregate_function(name: &str) -> bool {
-    matches!(
-        name,
-        "count"
-            | "sum"
-            | "mean"
-            | "median"
-            | "mode"
-            | "spread"
-            | "stddev"
-            | "min"
-            | "max"
-            | "first"
-            | "last"
-            | "percentile"
-            | "distinct"
-            | "top"
-            | "bottom"
-            | "sample"
-            | "integral"
-    )
-}
-
-/// Functions that transform a series point by point (not supported yet).
-/// A source a statement reads, under the measurement name its series take.
-type NamedSource = (String, Arc<dyn TableSource>);
-
-/// What `select` reads: its measurements, or its one subquery planned as a view whose columns
-/// look like a measurement's (its grouped tags as tags, its values as fields) named after
-/// the measurement it reads.
-fn sources(
-    select: &SelectStatement,
-    ctx: &PlanContext<'_>,
-    range: TimeRange,
-) -> Result<Vec<NamedSource>, PlanError> {
-    let mut names = Vec::new();
-    let mut subqueries = Vec::new();
-    for source in &select.from {
-        match source {
-            Source::Measurement(name) => names.push(name.clone()),
-            Source::Subquery(inner) => subqueries.push(inner),
-        }
-    }
-    match (names.is_empty(), subqueries.as_slice()) {
-        (true, [inner]) => Ok(subquery_source(inner, ctx, range)?.into_iter().collect()),
-        (_, []) => {
-            let measurements = super::resolve_names(&names, &ctx.schemas.measurements())?;
-            Ok(measurements
-                .into_iter()
-                .filter_map(|m| ctx.schemas.table(&m).map(|t| (m, t)))
-                .collect())
-        }
-        _ => Err(PlanError::new(
-            "reading several subqueries, or subqueries and measurements, in one FROM is not \
-             supported yet",
-        )),
-    }
-}
-
-/// A subquery as a source (see [`sources`]); `None` if it reads no measurement.
-fn subquery_source(
-    inner: &SelectStatement,
-    ctx: &PlanContext<'_>,
-    range: TimeRange,
-) -> Result<Option<NamedSource>, PlanError> {
-    let Some(name) = measurement_of(inner, ctx)? else {
-        return Ok(None);
-    };
-    let plan = plan_select_within(inner, ctx, range)?;
-    let columns: Vec<DfExpr> = plan
-        .schema()
-        .iter()
-        .filter(|(_, f)| f.name() != MEASUREMENT_COLUMN)
-        .map(|(qualifier, field)| {
-            let column = DfExpr::Column(datafusion::common::Column::from((qualifier, field)));
-            match field.metadata().get(ROLE_METADATA_KEY).map(String::as_str) {
-                Some(TAG_ROLE) => cast(column, tag_type()).alias(field.name()),
-                _ => column,
-            }
-        })
-        .collect();
-    let plan = LogicalPlanBuilder::from(plan).project(columns)?.build()?;
-    let view = datafusion::catalog::view::ViewTable::new(plan, None);
-    Ok(Some((
-        name,
-        datafusion::datasource::provider_as_source(Arc::new(view)),
-    )))
-}
-
-/// The type of a tag column (what tells a tag from a string field).
-fn tag_type() -> DataType {
-    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
-}
-
-/// The one measurement a subquery reads (through its own subqueries), which names the outer
-/// statement's series; `None` if it reads none.
-fn measurement_of(
-    select: &SelectStatement,
-    ctx: &PlanContext<'_>,
-) -> Result<Option<String>, PlanError> {
-    let mut found = Vec::new();
-    for source in &select.from {
-        match source {
-            Source::Measurement(name) => found.extend(super::resolve_names(
-                std::slice::from_ref(name),
-                &ctx.schemas.measurements(),
-            )?),
-            Source::Subquery(inner) => found.extend(measurement_of(inner, ctx)?),
-        }
-    }
-    found.dedup();
-    match found.as_slice() {
-        [] => Ok(None),
-        [one] => Ok(Some(one.clone())),
-        _ => Err(PlanError::new(
-            "a subquery reading several measurements is not supported yet",
-        )),
-    }
-}
-
-/// Transformations not computed yet (the others are rewritten by [`take_transformations`]
-/// before any of this sees them).
-fn is_transformation(name: &str) -> bool {
-    matches!(
-        name,
-        "holt_winters"
-            | "holt_winters_with_fit"
-            | "exponential_moving_average"
-            | "double_exponential_moving_average"
-            | "triple_exponential_moving_average"
-            | "relative_strength_index"
-            | "chande_momentum_oscillator"
-            | "kaufmans_efficiency_ratio"
-            | "kaufmans_adaptive_moving_average"
-            | "triple_exponential_derivative"
-    )
-}
-
-fn has_aggregate(expr: &Expr) -> bool {
-    match expr {
-        Expr::Call { name, args } => {
-            is_aggregate_function(name) || is_transformation(name) || args.iter().any(has_aggregate)
-        }
-        Expr::Binary { lhs, rhs, .. } => has_aggregate(lhs) || has_aggregate(rhs),
-        Expr::Paren(inner) => has_aggregate(inner),
-        _ => false,
-    }
 }
 
 pub(super) fn timestamp(ns: i64) -> DfExpr {
@@ -1065,134 +647,6 @@ impl Aggregates {
     }
 }
 
-/// `GROUP BY time` bucket of a point: `date_bin` aligned to the epoch plus `offset`.
-pub(super) fn bucket(interval: i64, offset: i64) -> DfExpr {
-    bucket_of(ident("time"), interval, offset)
-}
-
-/// The `GROUP BY time` bucket of `time`.
-pub(super) fn bucket_of(time: DfExpr, interval: i64, offset: i64) -> DfExpr {
-    let stride = lit(ScalarValue::IntervalMonthDayNano(Some(
-        arrow::datatypes::IntervalMonthDayNano::new(0, 0, interval),
-    )));
-    datafusion::functions::expr_fn::date_bin(stride, time, timestamp(offset))
-}
-
-/// Grouped tag `tag` as a key over `cols`' rows: the tag column itself (dictionary keys, no
-/// per-row conversion), or `''` if the measurement has no such tag.
-pub(super) fn tag_key(cols: &Columns, tag: &str) -> DfExpr {
-    match cols.resolve(tag, None) {
-        Resolved::Tag(tag) => ident(tag),
-        _ => lit(""),
-    }
-}
-
-/// The grouped tags of a part grouped by `__tag_<tag>` keys, as the answer shows them.
-pub(super) fn key_tags(grouping: &Grouping) -> Vec<DfExpr> {
-    grouping
-        .tags
-        .iter()
-        .map(|tag| {
-            expr::tag_value(&format!("__tag_{tag}")).alias_with_metadata(tag.clone(), tag_role())
-        })
-        .collect()
-}
-
-/// The point a statement's only call chooses, when that call is a selector (first, last,
-/// min, max, percentile): the answer's time, and its other selected columns, are that
-/// point's.
-struct Selector {
-    /// The selector's field.
-    field: String,
-    /// The order of the points it chooses among (those where the field is set).
-    order: Vec<SortExpr>,
-    /// Which of them, `None` for the first; `Some(n)`: the `percentile(field, n)` rank.
-    percentile: Option<f64>,
-}
-
-impl Selector {
-    fn single(columns: &[OutputColumn]) -> Option<Selector> {
-        let calls: Vec<&Expr> = columns
-            .iter()
-            .map(|c| &c.expr)
-            .filter(|e| has_aggregate(e))
-            .collect();
-        let [Expr::Call { name, args }] = calls.as_slice() else {
-            return None;
-        };
-        let Some(Expr::VarRef { name: field, .. }) = args.first() else {
-            return None;
-        };
-        let time = ident("time");
-        let value = ident(field.as_str());
-        let (order, percentile) = match (name.as_str(), args.get(1)) {
-            ("first", _) => (vec![time.sort(true, false)], None),
-            ("last", _) => (vec![time.sort(false, false)], None),
-            ("max", _) => (vec![value.sort(false, false), time.sort(true, false)], None),
-            ("min", _) => (vec![value.sort(true, false), time.sort(true, false)], None),
-            ("percentile", Some(n)) => (
-                vec![value.sort(true, false), time.sort(true, false)],
-                Some(percentile_rank(n).ok()?),
-            ),
-            _ => return None,
-        };
-        Some(Selector {
-            field: field.clone(),
-            order,
-            percentile,
-        })
-    }
-
-    /// `value` at the chosen point.
-    fn pick(&self, value: DfExpr) -> Result<DfExpr, PlanError> {
-        let set = ident(self.field.as_str()).is_not_null();
-        match self.percentile {
-            None => Ok(
-                datafusion::functions_aggregate::first_last::first_value_udaf()
-                    .call(vec![value])
-                    .order_by(self.order.clone())
-                    .filter(set)
-                    .build()?,
-            ),
-            Some(n) => nearest_rank(value, self.order.clone(), set, n),
-        }
-    }
-}
-
-/// `percentile()`'s second argument.
-fn percentile_rank(arg: &Expr) -> Result<f64, PlanError> {
-    match arg {
-        Expr::Literal(crate::ast::Literal::Integer(i)) => Ok(*i as f64),
-        Expr::Literal(crate::ast::Literal::Float(f)) => Ok(*f),
-        other => Err(PlanError::new(format!(
-            "expected float argument in percentile(), got {other}"
-        ))),
-    }
-}
-
-/// InfluxDB's nearest rank: `value` of the point at index `floor(count * n / 100 + 0.5)`
-/// (1-based) of the points where `set` holds, in `order`; null below the first.
-fn nearest_rank(
-    value: DfExpr,
-    order: Vec<SortExpr>,
-    set: DfExpr,
-    n: f64,
-) -> Result<DfExpr, PlanError> {
-    use datafusion::functions_nested::expr_fn::{array_element, cardinality};
-    let sorted = datafusion::functions_aggregate::array_agg::array_agg_udaf()
-        .call(vec![value])
-        .order_by(order)
-        .filter(set)
-        .build()?;
-    let index = cast(
-        datafusion::functions::math::expr_fn::floor(
-            cast(cardinality(sorted.clone()), DataType::Float64) * lit(n / 100.0) + lit(0.5),
-        ),
-        DataType::Int64,
-    );
-    Ok(array_element(sorted, index))
-}
-
 /// An aggregate column's value: its calls become aggregates, the arithmetic around them is
 /// done on their results.
 fn aggregate_value(
@@ -1216,121 +670,6 @@ fn aggregate_value(
         _ => Err(PlanError::new(
             "mixing aggregate and non-aggregate queries is not supported",
         )),
-    }
-}
-
-/// One aggregate call over a field.
-fn aggregate_call(name: &str, args: &[Expr], cols: &Columns) -> Result<DfExpr, PlanError> {
-    use datafusion::functions_aggregate::expr_fn as agg;
-    if is_transformation(name) || name == "sample" {
-        return Err(PlanError::new(format!("{name}() is not supported yet")));
-    }
-    if name == "distinct" {
-        return Err(PlanError::new(
-            "aggregate function distinct() cannot be combined with other functions or fields",
-        ));
-    }
-    let (field, rest) = match args {
-        [Expr::Call {
-            name: inner,
-            args: inner_args,
-        }, rest @ ..]
-            if inner == "distinct" && name == "count" =>
-        {
-            let [field] = inner_args.as_slice() else {
-                return Err(PlanError::new("distinct() takes one field"));
-            };
-            let value = field_value(field, cols)?;
-            let _ = rest;
-            return Ok(nullif(agg::count_distinct(value), lit(0i64)));
-        }
-        [field, rest @ ..] => (field_value(field, cols)?, rest),
-        [] => {
-            return Err(PlanError::new(format!(
-                "invalid number of arguments for {name}, expected at least 1, got 0"
-            )))
-        }
-    };
-    let expect_args = |n: usize| {
-        if rest.len() + 1 == n {
-            Ok(())
-        } else {
-            Err(PlanError::new(format!(
-                "invalid number of arguments for {name}, expected {n}, got {}",
-                rest.len() + 1
-            )))
-        }
-    };
-    let float = |e: DfExpr| cast(e, DataType::Float64);
-    let set = field.clone().is_not_null();
-    Ok(match name {
-        // a count of no points is a missing value, which fill() turns into 0 (or not)
-        "count" => {
-            expect_args(1)?;
-            nullif(agg::count(field), lit(0i64))
-        }
-        "sum" => {
-            expect_args(1)?;
-            agg::sum(field)
-        }
-        "mean" => {
-            expect_args(1)?;
-            agg::avg(float(field))
-        }
-        "median" => {
-            expect_args(1)?;
-            agg::median(float(field))
-        }
-        "stddev" => {
-            expect_args(1)?;
-            agg::stddev(float(field))
-        }
-        "spread" => {
-            expect_args(1)?;
-            agg::max(field.clone()) - agg::min(field)
-        }
-        "min" => {
-            expect_args(1)?;
-            agg::min(field)
-        }
-        "max" => {
-            expect_args(1)?;
-            agg::max(field)
-        }
-        "first" | "last" => {
-            expect_args(1)?;
-            let ascending = name == "first";
-            datafusion::functions_aggregate::first_last::first_value_udaf()
-                .call(vec![field])
-                .order_by(vec![ident("time").sort(ascending, false)])
-                .filter(set)
-                .build()?
-        }
-        "mode" => {
-            expect_args(1)?;
-            super::mode::mode(field, set)?
-        }
-        "percentile" => {
-            expect_args(2)?;
-            let n = percentile_rank(&rest[0])?;
-            nearest_rank(field.clone(), vec![field.sort(true, false)], set, n)?
-        }
-        other => return Err(PlanError::new(format!("undefined function {other}()"))),
-    })
-}
-
-/// The field an aggregate's argument names (with its `::type` cast), refusing anything else.
-fn field_value(arg: &Expr, cols: &Columns) -> Result<DfExpr, PlanError> {
-    match arg {
-        Expr::VarRef { name, data_type } => match cols.resolve(name, *data_type) {
-            Resolved::Field(..) | Resolved::Missing => expr::scalar(arg, cols),
-            Resolved::Tag(_) | Resolved::Time => Err(PlanError::new(format!(
-                "expected field argument in aggregate, got tag or time {name}"
-            ))),
-        },
-        other => Err(PlanError::new(format!(
-            "expected field argument in aggregate, got {other}"
-        ))),
     }
 }
 
