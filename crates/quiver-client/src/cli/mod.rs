@@ -1,8 +1,8 @@
 //! `quiver query`, `quiver write` and `quiver import`: the `quiver` binary's client
 //! subcommands, built on [`Client`]. This module owns what they share (the server's address and
 //! token as flags, the runtime their requests run on, error rendering) and `quiver query`;
-//! [`write()`] sends line protocol, [`import()`] Parquet and CSV files through the Arrow path, both
-//! with a progress bar. Each command prints its result on standard output and returns the
+//! [`write()`] sends line protocol, [`import()`] Parquet and CSV files through the Arrow path,
+//! both with a progress bar. Each command prints its result on standard output and returns the
 //! message of what went wrong (the binary prints it after `error: ` and exits non-zero).
 
 mod import;
