@@ -9,6 +9,7 @@ use futures::executor::block_on;
 
 use super::store_tests::{all_rows, write};
 use super::*;
+use crate::buffer::Dropped;
 
 fn open(dir: &Path) -> Arc<Store> {
     Store::open(StoreLimits::default(), StoreOptions::for_tests(dir))

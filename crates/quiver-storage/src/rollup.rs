@@ -649,7 +649,7 @@ fn write_segment(path: &Path, rows: &RecordBatch) -> Result<u64, StorageError> {
     let properties = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
         .build();
-    crate::persist::write_parquet_durably(path, rows, properties)
+    crate::parquet_write::write_parquet_durably(path, rows, properties)
 }
 
 fn read_segment(path: &Path) -> Result<RecordBatch, StorageError> {

@@ -1,11 +1,12 @@
-//! Writing buffered rows to Parquet: one file per table and time partition, rows sorted by
-//! series key then time and deduplicated, zstd-compressed, with row-group statistics and the
-//! page index (column and offset indexes) so readers can prune by time and by tag.
+//! Writing rows to Parquet files, for a persist (a table's buffered rows: one file per time
+//! partition), a merge and a rollup: rows sorted by series key then time and deduplicated,
+//! zstd-compressed, with row-group statistics and the page index (column and offset indexes) so
+//! readers can prune by time and by tag. Also the options of persisting ([`PersistOptions`]).
 //!
 //! A file is encoded in memory and stored whole in the data store ([`DataStore::put`]:
 //! fsynced with its directory, or one request to a bucket) before the catalog names it; a
-//! file that no catalog names (the process died in between) is an orphan that
-//! [`remove_orphans`] deletes at startup.
+//! file that no catalog names (the process died in between) is an orphan that the next start
+//! finds ([`unnamed_files`]) and deletes.
 
 use std::collections::HashSet;
 use std::path::Path;
