@@ -20,11 +20,11 @@ use quiver_influxql::ast::Statement as InfluxqlStatement;
 use quiver_model::AccessScope;
 use quiver_query::governance::StopReason;
 use quiver_query::reuse::{PartReuse, PartsReport};
-use quiver_query::QueryControl;
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
     ScannedTable,
 };
+use quiver_query::{GrantChecks, QueryControl};
 use quiver_storage::{Table, TableChangeListener};
 
 use crate::cache::Entries;

@@ -19,15 +19,14 @@ mod job;
 pub mod roles;
 mod ship;
 
-use std::str::FromStr;
 use std::sync::Arc;
 
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::object_store::ObjectStore;
-use serde::{Deserialize, Serialize};
 
 pub use codec::QuiverPhysicalCodec;
 pub use job::{failed, job_error, run_job, JobError, Scheduler, MAX_MESSAGE_BYTES};
+pub use quiver_model::settings::Distributed;
 pub use ship::{distribute, Distribution, ShipError, ShipSettings, ShippedPlan};
 
 /// Registers `files` (a shared store's, `quiver_storage::shared_files`) in `runtime` where
@@ -35,45 +34,6 @@ pub use ship::{distribute, Distribution, ShipError, ShipSettings, ShippedPlan};
 /// runtime needs.
 pub fn register_table_files(runtime: &RuntimeEnv, files: Arc<dyn ObjectStore>) {
     quiver_exec::table_files::register_table_files(runtime, files);
-}
-
-/// Where queries run: on this server, or on DataFusion Ballista's executors.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Distributed {
-    /// Always on this server.
-    #[default]
-    Off,
-    /// On Ballista when the estimated scan is at least `distributed_min_scan_bytes` (and the
-    /// scheduler answers; else here, with a warning).
-    Auto,
-    /// Always on Ballista; a query that cannot run there fails saying why.
-    On,
-}
-
-impl Distributed {
-    /// The mode's name, as the setting spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Distributed::Off => "off",
-            Distributed::Auto => "auto",
-            Distributed::On => "on",
-        }
-    }
-}
-
-impl FromStr for Distributed {
-    type Err = String;
-
-    /// `off`, `auto` or `on` (any case).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "off" => Ok(Distributed::Off),
-            "auto" => Ok(Distributed::Auto),
-            "on" => Ok(Distributed::On),
-            _ => Err(format!("distributed must be off, auto or on, not {text:?}")),
-        }
-    }
 }
 
 /// Why a query that had to run on Ballista (`distributed = on`) cannot.
@@ -85,18 +45,4 @@ pub struct DistributedError {
     /// True when no scheduler answers (a retry may succeed); false when this query or this
     /// server's data cannot run there at all.
     pub unavailable: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modes_parse_in_any_case_and_refuse_anything_else() {
-        assert_eq!("AUTO".parse::<Distributed>(), Ok(Distributed::Auto));
-        assert_eq!(" on ".parse::<Distributed>(), Ok(Distributed::On));
-        assert_eq!("off".parse::<Distributed>(), Ok(Distributed::Off));
-        let error = "yes".parse::<Distributed>().unwrap_err();
-        assert!(error.contains("off, auto or on"), "{error}");
-    }
 }

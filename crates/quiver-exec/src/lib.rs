@@ -4,18 +4,22 @@
 //! ([`dictionary_group`], [`time_bin`], [`run_states`]), gap filling ([`gap_fill`]), the first
 //! rows of each group ([`first_rows`]), float comparison as SQL orders floats
 //! ([`float_compare`]), capped functions ([`value_limits`]), and what they share
-//! ([`plan_nodes`], [`time_filter`], [`bucket_expr`]).
+//! ([`plan_nodes`], [`time_filter`], [`bucket_expr`]); reading Parquet column chunks through
+//! storage's chunk cache ([`chunk_reader`]); guarding a plan's futures and streams against
+//! panics ([`panic_guard`]).
 //!
 //! It knows no engine, session, catalog or protocol: each operator and rule works on any
 //! DataFusion session that registers it (the engine in `quiver-query`, an executor of a
 //! distributed plan in `quiver-distributed`).
 
 pub mod bucket_expr;
+pub mod chunk_reader;
 pub mod dedup_exec;
 pub mod dictionary_group;
 pub mod first_rows;
 pub mod float_compare;
 pub mod gap_fill;
+pub mod panic_guard;
 pub mod plan_nodes;
 pub mod plan_settings;
 pub mod run_states;

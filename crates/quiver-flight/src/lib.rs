@@ -88,7 +88,7 @@ use prost::Message;
 use quiver_auth::{Authenticator, Caller, Presented};
 use quiver_cache::{Answer, AnswerBody, QueryRequest, QueryService, Run};
 use quiver_model::{Classify, ErrorKind};
-use quiver_query::{QueryControl, QueryProtocol};
+use quiver_query::{GrantChecks, QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryParams};
 use quiver_storage::Store;
 use serde::{Deserialize, Serialize};

@@ -1,12 +1,14 @@
 //! What the settings of every layer share: the serde forms of durations as the configuration
 //! spells them (whole seconds or hours, in the file, the environment and flags alike), the
 //! spellings of an on/off switch every protocol accepts ([`parse_switch`]), and the bounds on
-//! one request that every protocol enforces ([`RequestLimits`]).
+//! one request that every protocol enforces ([`RequestLimits`]), and where queries run
+//! ([`Distributed`], which the server, every protocol and the engine read).
 //!
 //! Each crate declares its own settings in its options struct (serde names are the keys of
 //! `quiver.toml`); the server's configuration is those structs side by side, so a setting, its
 //! default and its documentation are written once, next to the code that uses it.
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -104,6 +106,45 @@ pub mod hours {
     }
 }
 
+/// Where queries run: on this server, or on DataFusion Ballista's executors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distributed {
+    /// Always on this server.
+    #[default]
+    Off,
+    /// On Ballista when the estimated scan is at least `distributed_min_scan_bytes` (and the
+    /// scheduler answers; else here, with a warning).
+    Auto,
+    /// Always on Ballista; a query that cannot run there fails saying why.
+    On,
+}
+
+impl Distributed {
+    /// The mode's name, as the setting spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Distributed::Off => "off",
+            Distributed::Auto => "auto",
+            Distributed::On => "on",
+        }
+    }
+}
+
+impl FromStr for Distributed {
+    type Err = String;
+
+    /// `off`, `auto` or `on` (any case).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(Distributed::Off),
+            "auto" => Ok(Distributed::Auto),
+            "on" => Ok(Distributed::On),
+            _ => Err(format!("distributed must be off, auto or on, not {text:?}")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,7 +215,7 @@ pub fn parse_switch(text: &str) -> Option<bool> {
 
 #[cfg(test)]
 mod switch_tests {
-    use super::parse_switch;
+    use super::{parse_switch, Distributed};
 
     #[test]
     fn switches_read_every_common_spelling_and_nothing_else() {
@@ -187,5 +228,14 @@ mod switch_tests {
         for neither in ["", "maybe", "2", "onn"] {
             assert_eq!(parse_switch(neither), None, "{neither}");
         }
+    }
+
+    #[test]
+    fn modes_parse_in_any_case_and_refuse_anything_else() {
+        assert_eq!("AUTO".parse::<Distributed>(), Ok(Distributed::Auto));
+        assert_eq!(" on ".parse::<Distributed>(), Ok(Distributed::On));
+        assert_eq!("off".parse::<Distributed>(), Ok(Distributed::Off));
+        let error = "yes".parse::<Distributed>().unwrap_err();
+        assert!(error.contains("off, auto or on"), "{error}");
     }
 }

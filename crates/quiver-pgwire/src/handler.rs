@@ -42,8 +42,8 @@ use pgwire::messages::PgWireBackendMessage;
 use quiver_auth::{Authenticator, Caller};
 use quiver_cache::{AnswerBody, CachedAnswer, QueryService, Run};
 use quiver_query::statement_limits::parse_bounded;
+use quiver_query::{GrantChecks, QueryControl, QueryProtocol};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
-use quiver_query::{QueryControl, QueryProtocol};
 use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};

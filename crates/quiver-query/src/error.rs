@@ -4,11 +4,10 @@
 use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use quiver_exec::value_limits::ValueTooLarge;
+use quiver_governance::statement_limits::StatementLimit;
+use quiver_governance::{pool, GovernanceError, StopReason};
 use quiver_model::{Classify, ErrorKind};
 use quiver_storage::StorageError;
-
-use crate::governance::{pool, GovernanceError, StopReason};
-use crate::statement_limits::StatementLimit;
 
 /// Why a query failed; [`Classify::kind`] says whose fault it is.
 #[derive(Debug, thiserror::Error)]
@@ -323,9 +322,9 @@ mod tests {
 
     #[test]
     fn memory_that_other_queries_hold_is_a_busy_server_not_the_callers_fault() {
-        let server = crate::governance::pool::ServerMemory::new(1000);
+        let server = quiver_governance::pool::ServerMemory::new(1000);
         let pool = |limit| -> Arc<dyn datafusion::execution::memory_pool::MemoryPool> {
-            Arc::new(crate::governance::pool::QueryPool::new(
+            Arc::new(quiver_governance::pool::QueryPool::new(
                 limit,
                 server.clone(),
             ))

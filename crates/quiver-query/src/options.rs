@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(doc)]
 use crate::catalog_names::CATALOG_NAME;
-use crate::governance::Limits;
-use crate::statement_limits::{self, StatementLimits};
 use quiver_distributed::Distributed;
 use quiver_exec::value_limits::OutputLimits;
+use quiver_governance::statement_limits::{self, StatementLimits};
+use quiver_governance::Limits;
 
 /// Settings of the SQL engine. The serde names are the server's configuration keys;
 /// `session_setup` is wired by the program, not configured.

@@ -47,6 +47,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
+use quiver_exec::chunk_reader::CachedChunkReaderFactory;
 use quiver_exec::dedup_exec::DeduplicateExec;
 use quiver_exec::plan_nodes::batch_of;
 use quiver_exec::table_files::{table_files, table_files_url};
@@ -56,7 +57,6 @@ use quiver_storage::{
     series_key_and_fields, ChunkCache, ParquetFile, StorageError, Table, TableSnapshot,
 };
 
-use crate::chunk_reader::CachedChunkReaderFactory;
 use crate::plan_cache::ScansRead;
 use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
 use crate::tag_filter::keep_matching_tags;

@@ -79,23 +79,3 @@ fn main() -> ExitCode {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    /// The client reads the response headers the server sets, by the same names.
-    #[test]
-    fn the_client_reads_the_headers_the_server_sets() {
-        assert_eq!(
-            quiver_client::CACHE_HEADER,
-            quiver_http::CACHE_HEADER.as_str()
-        );
-        assert_eq!(
-            quiver_client::LINES_WRITTEN_HEADER,
-            quiver_http::LINES_WRITTEN_HEADER
-        );
-        assert_eq!(
-            quiver_client::LINES_REJECTED_HEADER,
-            quiver_http::LINES_REJECTED_HEADER
-        );
-    }
-}

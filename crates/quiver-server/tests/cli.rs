@@ -149,3 +149,20 @@ async fn sigterm_stops_the_server_cleanly() {
     assert!(status.success(), "{status}");
     assert!(server.log().contains("quiver stopped"));
 }
+
+/// The client reads the response headers the server sets, by the same names.
+#[test]
+fn the_client_reads_the_headers_the_server_sets() {
+    assert_eq!(
+        quiver_client::CACHE_HEADER,
+        quiver_http::CACHE_HEADER.as_str()
+    );
+    assert_eq!(
+        quiver_client::LINES_WRITTEN_HEADER,
+        quiver_http::LINES_WRITTEN_HEADER
+    );
+    assert_eq!(
+        quiver_client::LINES_REJECTED_HEADER,
+        quiver_http::LINES_REJECTED_HEADER
+    );
+}

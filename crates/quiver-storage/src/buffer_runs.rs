@@ -21,7 +21,7 @@ use arrow::datatypes::SchemaRef;
 
 use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
-use crate::table::{align_to_schema, merge_chunks_with_starts, time_column, time_range};
+use crate::table_rows::{align_to_schema, merge_chunks_with_starts, time_column, time_range};
 
 /// Most runs a snapshot's buffer is kept in.
 const MAX_RUNS: usize = 16;
@@ -275,7 +275,7 @@ mod tests {
 
     use super::*;
     use crate::dedup::sort_and_deduplicate;
-    use crate::table::merge_chunks;
+    use crate::table_rows::merge_chunks;
     use crate::test_rows::{batch, rows, OwnedRow, Row};
 
     fn schema() -> SchemaRef {

@@ -28,8 +28,8 @@ use object_store::{
     PutPayload, RetryConfig,
 };
 
-use crate::catalog::FileEntry;
 use crate::durable_fs;
+use crate::file_entry::FileEntry;
 use crate::StorageError;
 
 /// How long one request to a bucket may take, each try.

@@ -167,7 +167,7 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
-    use crate::catalog::FileEntry;
+    use crate::file_entry::FileEntry;
 
     fn file(dir: &std::path::Path, rows: usize) -> ParquetFile {
         let schema = Arc::new(Schema::new(vec![

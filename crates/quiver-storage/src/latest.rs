@@ -24,7 +24,8 @@ use crate::chunk_cache::ChunkCache;
 use crate::dedup::series_key_and_fields;
 use crate::error::StorageError;
 use crate::series::{run_changes, Boundaries};
-use crate::table::{merge_chunks, time_column, ParquetFile, TableSnapshot};
+use crate::table::{ParquetFile, TableSnapshot};
+use crate::table_rows::{merge_chunks, time_column};
 
 /// The latest row of every series in `snapshot` whose latest row is at or after `since_ns`
 /// (a retention cutoff, or `i64::MIN`), with the snapshot's schema, sorted by series. Files
@@ -117,22 +118,6 @@ fn last_rows(batch: &RecordBatch, boundaries: Boundaries) -> Result<RecordBatch,
     let mut last = run_changes(&tags, rows, boundaries)?;
     last.push(true);
     Ok(filter_record_batch(batch, &BooleanArray::from(last))?)
-}
-
-/// The last row of each run of `batch` whose runs begin at `starts` ([`crate::series`]).
-pub(crate) fn last_rows_of_runs(
-    batch: &RecordBatch,
-    starts: &[usize],
-) -> Result<RecordBatch, StorageError> {
-    if starts.is_empty() {
-        return Ok(batch.clone());
-    }
-    let ends = starts.iter().skip(1).copied().chain([batch.num_rows()]);
-    let last: Vec<u64> = ends.map(|end| (end - 1) as u64).collect();
-    Ok(arrow::compute::take_record_batch(
-        batch,
-        &arrow::array::UInt64Array::from(last),
-    )?)
 }
 
 #[cfg(test)]

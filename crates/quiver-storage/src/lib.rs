@@ -38,6 +38,8 @@ mod decoded;
 mod dedup;
 mod durable_fs;
 mod error;
+mod expiry;
+mod file_entry;
 mod follower;
 mod latest;
 mod limits;
@@ -52,6 +54,7 @@ mod rollup_ranges;
 mod rollup_registry;
 mod series;
 mod table;
+mod table_rows;
 #[cfg(test)]
 mod test_rows;
 mod time_versions;
@@ -66,7 +69,7 @@ use quiver_model::schema::DecodedTable;
 use quiver_wal::Wal;
 
 pub use buffer::TableChangeListener;
-pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, FileEntry, TableEntry, CATALOG_FILE};
+pub use catalog::{CatalogState, ColumnEntry, DatabaseEntry, TableEntry, CATALOG_FILE};
 pub use chunk_cache::{ChunkCache, ChunkCacheStats};
 pub use compaction::{
     CompactionOptions, CompactionScope, CompactionStats, CompactionSummary, TableFiles,
@@ -78,6 +81,7 @@ pub use dedup::{
     deduplicate_complete_runs, deduplicate_sorted, series_key_and_fields, sort_and_deduplicate,
 };
 pub use error::StorageError;
+pub use file_entry::FileEntry;
 pub use follower::FollowStats;
 pub use latest::latest_rows;
 pub use limits::{

@@ -24,13 +24,14 @@ use parquet::schema::types::ColumnPath;
 use quiver_model::schema::TIME_COLUMN;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::FileEntry;
 use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::dedup::series_key_and_fields;
 use crate::durable_fs::{create_dir_durably, replace_durably, TEMP_SUFFIX};
 use crate::error::StorageError;
-use crate::table::{merge_chunks, rows_by_time, time_range, FrozenRows, ParquetFile};
+use crate::file_entry::FileEntry;
+use crate::table::{FrozenRows, ParquetFile};
+use crate::table_rows::{merge_chunks, rows_by_time, time_range};
 
 /// Directory (inside the data directory) that holds every table's Parquet files.
 pub const TABLES_DIR: &str = "tables";

@@ -2,8 +2,8 @@
 //! (`30d`, `12h`, `1w2d`, `none`); a database either sets its own or follows the server-wide
 //! `retention_period`. Rows older than `now - period` are invisible to queries at once (the
 //! table scan filters them, see [`crate::Table::retention_filter_ns`]); whole Parquet files
-//! past it are deleted in the background ([`expired_files`] picks them, [`Persister::expire`]
-//! takes them out of the catalog and the tables).
+//! past it are deleted in the background ([`expired_files`] picks them; the persister's
+//! expiry takes them out of the catalog and the tables).
 //!
 //! The cutoff moves in steps of a thousandth of the period (at least a second, at most an
 //! hour: 43 minutes for `30d`, 36 seconds for `10h`): queries within one step see the same
@@ -13,16 +13,12 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::catalog::FileEntry;
-use crate::database::Database;
 use crate::error::StorageError;
-use crate::persister::Persister;
-use crate::table::Table;
+use crate::file_entry::FileEntry;
 
 /// The longest retention period accepted: about 1,000 years (nanosecond times end in 2262
 /// anyway).
@@ -189,7 +185,7 @@ impl RetentionCell {
 }
 
 /// The files of `files` whose every row is older than `cutoff_ns`: what retention deletes.
-fn expired_files(files: &[FileEntry], cutoff_ns: i64) -> HashSet<u64> {
+pub(crate) fn expired_files(files: &[FileEntry], cutoff_ns: i64) -> HashSet<u64> {
     files
         .iter()
         .filter(|f| f.max_time_ns < cutoff_ns)
@@ -202,72 +198,6 @@ pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
-impl Persister {
-    /// Deletes the files whose every row is past their database's retention period at
-    /// `now_ns` (from the catalog, durably, then from the tables); returns how many.
-    pub(crate) fn expire(&self, now_ns: i64) -> Result<usize, StorageError> {
-        let _no_merge_meanwhile = self.merging.lock();
-        let running = self.running.lock();
-        if running.is_none() {
-            return Err(StorageError::Closed);
-        }
-        let expired = self.expired_files(now_ns);
-        if expired.is_empty() {
-            return Ok(0);
-        }
-        let mut state = self.catalog.lock().clone();
-        for (database, name, _, ids) in &expired {
-            if let Some(entry) = state
-                .databases
-                .get_mut(database)
-                .and_then(|db| db.tables.get_mut(name))
-            {
-                entry.files.retain(|f| !ids.contains(&f.id));
-            }
-        }
-        self.store_catalog(&mut state)?;
-        *self.catalog.lock() = state;
-        drop(running);
-        let mut count = 0;
-        for (_, _, table, ids) in &expired {
-            count += ids.len();
-            self.compactor.retire(table.remove_expired_files(ids));
-        }
-        self.buffer
-            .notify_listeners(expired.iter().map(|(_, _, table, _)| table));
-        self.compactor.record_expired(count);
-        self.compactor.delete_unread(&self.data, &self.chunk_cache);
-        Ok(count)
-    }
-
-    /// The files past their database's retention period at `now_ns`, per existing table
-    /// (database, name, table, file ids); a table being dropped is left to its drop. Reads the
-    /// catalog without copying it: this runs every second.
-    fn expired_files(&self, now_ns: i64) -> Vec<(String, String, Arc<Table>, HashSet<u64>)> {
-        let databases: Vec<Arc<Database>> = self.databases.read().values().cloned().collect();
-        let catalog = self.catalog.lock();
-        let mut expired = Vec::new();
-        for db in databases {
-            let Some(cutoff) = db.retention_period().cutoff_ns(now_ns) else {
-                continue;
-            };
-            let Some(entry) = catalog.databases.get(db.name()) else {
-                continue;
-            };
-            for (name, table) in &entry.tables {
-                let Some(live) = db.table(name).filter(|t| t.catalog_id() == table.id) else {
-                    continue;
-                };
-                let ids = self::expired_files(&table.files, cutoff);
-                if !ids.is_empty() {
-                    expired.push((db.name().to_string(), name.clone(), live, ids));
-                }
-            }
-        }
-        expired
-    }
 }
 
 #[cfg(test)]

@@ -105,6 +105,22 @@ pub(crate) fn series_starts(tags: &[&ArrayRef], rows: usize) -> Result<Vec<usize
     Ok(starts)
 }
 
+/// The last row of each run of `batch` whose runs begin at `starts` ([`crate::series`]).
+pub(crate) fn last_rows_of_runs(
+    batch: &RecordBatch,
+    starts: &[usize],
+) -> Result<RecordBatch, StorageError> {
+    if starts.is_empty() {
+        return Ok(batch.clone());
+    }
+    let ends = starts.iter().skip(1).copied().chain([batch.num_rows()]);
+    let last: Vec<u64> = ends.map(|end| (end - 1) as u64).collect();
+    Ok(arrow::compute::take_record_batch(
+        batch,
+        &arrow::array::UInt64Array::from(last),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

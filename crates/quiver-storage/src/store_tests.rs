@@ -1,10 +1,11 @@
 //! Tests of the store end to end: writes, persists, restarts, the catalog and the files on
 //! disk, and reading rows back as a query would (helpers the other test modules share too).
 
-use super::*;
 use futures::executor::block_on;
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
+
+use super::*;
 
 fn decode(store: &Store, db: &str, lp: &str) -> Vec<DecodedTable> {
     let options = DecodeOptions::for_tests();
@@ -249,7 +250,7 @@ pub(super) fn all_rows(store: &Store, db: &str, table: &str) -> arrow::array::Re
         chunks.extend(reader.map(Result::unwrap));
     }
     chunks.extend(snapshot.batches.iter().cloned());
-    table::merge_chunks(&snapshot.schema, chunks).unwrap()
+    crate::table_rows::merge_chunks(&snapshot.schema, chunks).unwrap()
 }
 
 #[test]

@@ -9,7 +9,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Int32Type};
 use quiver_model::schema::DecodedTable;
 
-use crate::table::time_column;
+use crate::table_rows::time_column;
 
 /// A row: host tag, time, field `v`.
 pub(crate) type Row<'a> = (Option<&'a str>, i64, Option<f64>);

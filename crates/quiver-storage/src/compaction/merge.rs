@@ -13,14 +13,14 @@ use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::catalog::FileEntry;
-use crate::compaction::{
-    splice_merged, CompactionOptions, CompactionScope, CompactionSummary, Merge,
-};
+use crate::compaction::{CompactionOptions, CompactionScope, CompactionSummary, Merge};
 use crate::error::StorageError;
+use crate::file_entry::FileEntry;
 use crate::parquet_write::{self, NewFile};
 use crate::persister::Persister;
-use crate::table::{merge_chunks, rows_by_time, time_column, ParquetFile};
+use crate::table::splice_merged;
+use crate::table::ParquetFile;
+use crate::table_rows::{merge_chunks, rows_by_time, time_column};
 
 impl Persister {
     /// Runs merges in `scope` until none is due, settling every partition when `settle_all`
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(pieces.iter().map(RecordBatch::num_rows).sum::<usize>(), 100);
         let ranges: Vec<(i64, i64)> = pieces
             .iter()
-            .map(|p| crate::table::time_range(std::slice::from_ref(p)).unwrap())
+            .map(|p| crate::table_rows::time_range(std::slice::from_ref(p)).unwrap())
             .collect();
         for pair in ranges.windows(2) {
             assert!(pair[0].1 < pair[1].0, "pieces overlap: {ranges:?}");

@@ -35,11 +35,13 @@ use arrow::datatypes::SchemaRef;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{FileEntry, TableEntry};
+use crate::catalog::TableEntry;
 use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::error::StorageError;
-use crate::table::{schema_of, ParquetFile};
+use crate::file_entry::FileEntry;
+use crate::table::ParquetFile;
+use crate::table_rows::schema_of;
 
 /// When and how files are compacted. The serde names are the server's configuration keys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -575,31 +577,6 @@ fn small_run(files: &[&FileEntry], options: &CompactionOptions) -> Option<Range<
             .unwrap_or(files.len());
         affordable(files, start..end, options)
     })
-}
-
-/// Replaces the items whose id is in `replaced` by `merged`, placed where the last replaced
-/// item was (every other item keeps its place, so write order holds); returns the new list
-/// and the replaced items.
-pub(crate) fn splice_merged<T: Clone>(
-    items: &[T],
-    id: impl Fn(&T) -> u64,
-    replaced: &std::collections::HashSet<u64>,
-    merged: &[T],
-) -> (Vec<T>, Vec<T>) {
-    let last = items.iter().rposition(|item| replaced.contains(&id(item)));
-    let mut kept = Vec::with_capacity(items.len() + merged.len());
-    let mut gone = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        if !replaced.contains(&id(item)) {
-            kept.push(item.clone());
-            continue;
-        }
-        gone.push(item.clone());
-        if Some(i) == last {
-            kept.extend_from_slice(merged);
-        }
-    }
-    (kept, gone)
 }
 
 #[cfg(test)]

@@ -16,18 +16,18 @@ use datafusion::execution::memory_pool::{
 
 /// How a refusal caused by the memory other queries hold begins: the query would fit once
 /// they finish, so a retry can succeed (the engine's `QueryError::MemoryBusy`).
-pub(crate) const OTHERS_HOLD_MEMORY: &str = "other running queries hold";
+pub const OTHERS_HOLD_MEMORY: &str = "other running queries hold";
 
 /// What all queries together have reserved, and the most they may.
 #[derive(Debug)]
-pub(crate) struct ServerMemory {
+pub struct ServerMemory {
     reserved: AtomicUsize,
     limit: usize,
 }
 
 impl ServerMemory {
     /// Reservations of all queries bounded by `limit` bytes.
-    pub(crate) fn new(limit: usize) -> Arc<Self> {
+    pub fn new(limit: usize) -> Arc<Self> {
         Arc::new(ServerMemory {
             reserved: AtomicUsize::new(0),
             limit,
@@ -35,14 +35,14 @@ impl ServerMemory {
     }
 
     /// Bytes all queries hold now.
-    pub(crate) fn reserved(&self) -> usize {
+    pub fn reserved(&self) -> usize {
         self.reserved.load(Ordering::Relaxed)
     }
 }
 
 /// One query's pool (see the module comment).
 #[derive(Debug)]
-pub(crate) struct QueryPool {
+pub struct QueryPool {
     inner: TrackConsumersPool<GreedyMemoryPool>,
     limit: usize,
     server: Arc<ServerMemory>,
@@ -50,7 +50,7 @@ pub(crate) struct QueryPool {
 
 impl QueryPool {
     /// A pool of `limit` bytes drawing on `server`.
-    pub(crate) fn new(limit: usize, server: Arc<ServerMemory>) -> Self {
+    pub fn new(limit: usize, server: Arc<ServerMemory>) -> Self {
         QueryPool {
             inner: TrackConsumersPool::new(
                 GreedyMemoryPool::new(limit),

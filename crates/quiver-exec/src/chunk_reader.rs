@@ -29,14 +29,14 @@ const FOOTER_PREFETCH_BYTES: usize = 512 << 10;
 
 /// Makes a [`CachedChunkReader`] per file a scan opens.
 #[derive(Debug)]
-pub(crate) struct CachedChunkReaderFactory {
+pub struct CachedChunkReaderFactory {
     store: Arc<dyn ObjectStore>,
     cache: Arc<ChunkCache>,
 }
 
 impl CachedChunkReaderFactory {
     /// Readers of files in `store`, through `cache`.
-    pub(crate) fn new(store: Arc<dyn ObjectStore>, cache: Arc<ChunkCache>) -> Self {
+    pub fn new(store: Arc<dyn ObjectStore>, cache: Arc<ChunkCache>) -> Self {
         CachedChunkReaderFactory { store, cache }
     }
 }

@@ -1,22 +1,28 @@
-//! Query governance: one careless query costs its author an error, never the server its life
-//! nor the other clients their writes.
+//! `quiver-governance` is Quiver's query governance: one careless query costs its author an
+//! error, never the server its life nor the other clients their writes.
 //!
 //! Every query that runs the engine (result-cache hits never get here) is *admitted*: it gets
 //! an id, appears in [`Governor::list`], and waits in arrival order for one of
 //! `max_concurrent_queries` slots, with at most `max_queued_queries` waiting (beyond that it is
-//! refused at once, [`GovernanceError::Busy`]). It then runs on the governor's own runtime, apart
-//! from the threads that accept requests and writes, at a lower CPU priority, and its batches
-//! cross to the caller through a small channel, so a slow reader holds a query back instead of
-//! letting it pile up answers. It stops, releasing its memory, when its deadline passes
-//! (`query_timeout_secs`, or a shorter one its protocol asks for), when its caller cancels or
-//! goes away (by dropping the query's stream or future: a PostgreSQL cancel request, a
-//! closed HTTP connection, a cancelled gRPC call), when an operator kills it
-//! ([`Governor::kill`]), or when
-//! the process nears `max_server_memory_bytes` and it holds the most memory (the
-//! [`watchdog`]). Its operators reserve memory from a pool of its own ([`pool`]), and the
-//! functions whose output size their arguments decide are capped ([`value_limits`]).
+//! refused at once, [`GovernanceError::Busy`]). It then runs on the governor's own runtime,
+//! apart from the threads that accept requests and writes, at a lower CPU priority, and its
+//! batches cross to the caller through a small channel, so a slow reader holds a query back
+//! instead of letting it pile up answers. It stops, releasing its memory, when its deadline
+//! passes (`query_timeout_secs`, or a shorter one its protocol asks for), when its caller
+//! cancels or goes away (by dropping the query's stream or future: a PostgreSQL cancel
+//! request, a closed HTTP connection, a cancelled gRPC call), when an operator kills it
+//! ([`Governor::kill`]), or when the process nears `max_server_memory_bytes` and it holds the
+//! most memory (the [`watchdog`]). Its operators reserve memory from a pool of its own
+//! ([`pool`]); the functions whose output size their arguments decide are capped by
+//! `quiver-exec`'s `value_limits`, and statements too long or too deep are refused before they
+//! are planned ([`statement_limits`]).
+//!
+//! What a request brings and takes back ([`context`]) sits here too, below every crate that
+//! acts on it: the engine plans and checks grants on it, the protocols fill it in.
 
-pub(crate) mod pool;
+pub mod context;
+pub mod pool;
+pub mod statement_limits;
 mod watchdog;
 
 use std::collections::BTreeMap;
@@ -44,14 +50,14 @@ use crate::context::{QueryControl, QueryOutput, QueryProtocol};
 
 /// The limits the governor enforces (resolved: no "0 = automatic" left).
 #[derive(Debug, Clone)]
-pub(crate) struct Limits {
-    pub(crate) query_memory_bytes: usize,
-    pub(crate) max_server_memory_bytes: usize,
-    pub(crate) query_timeout: Option<Duration>,
-    pub(crate) stall_timeout: Option<Duration>,
-    pub(crate) max_concurrent_queries: usize,
-    pub(crate) max_queued_queries: usize,
-    pub(crate) threads: usize,
+pub struct Limits {
+    pub query_memory_bytes: usize,
+    pub max_server_memory_bytes: usize,
+    pub query_timeout: Option<Duration>,
+    pub stall_timeout: Option<Duration>,
+    pub max_concurrent_queries: usize,
+    pub max_queued_queries: usize,
+    pub threads: usize,
 }
 
 /// Why the governor refused or ended a query.
@@ -206,7 +212,7 @@ pub struct Governor {
 
 impl Governor {
     /// A governor enforcing `limits`, with its runtime and its memory watchdog started.
-    pub(crate) fn start(limits: Limits) -> Result<Arc<Self>, GovernanceError> {
+    pub fn start(limits: Limits) -> Result<Arc<Self>, GovernanceError> {
         let runtime = QueryRuntime::start(limits.threads)?;
         let governor = Arc::new(Governor {
             slots: Arc::new(Semaphore::new(limits.max_concurrent_queries.max(1))),
@@ -248,7 +254,7 @@ impl Governor {
     }
 
     /// Registers a query and waits for its slot (or refuses it when the queue is full).
-    pub(crate) async fn admit(
+    pub async fn admit(
         self: &Arc<Self>,
         database: &str,
         sql: &str,
@@ -320,7 +326,7 @@ impl Governor {
     /// Executes an admitted, planned query where `placement` says: `execute` starts it in
     /// the query's runtime environment (the engine's, with a memory pool of its own), and its
     /// batches come back as they are produced.
-    pub(crate) fn run<E>(
+    pub fn run<E>(
         &self,
         admitted: Admitted,
         base: &Arc<RuntimeEnv>,
@@ -391,7 +397,7 @@ where
 
 /// Where a query's plan is driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Placement {
+pub enum Placement {
     /// On the governor's runtime, its batches crossing to the caller through a channel.
     QueryRuntime,
     /// On the caller's task, as the caller polls: for a plan that reads at most a batch's
@@ -410,7 +416,7 @@ impl Placement {
     /// whose leaves know exactly that they yield at most [`INLINE_MAX_ROWS`] together
     /// (`SELECT 1`, `count(*)` answered from statistics, `VALUES`, a scan of one host's
     /// hours from memory, a kept last-point answer); everything else on the query runtime.
-    pub(crate) fn of(plan: &Arc<dyn ExecutionPlan>) -> Placement {
+    pub fn of(plan: &Arc<dyn ExecutionPlan>) -> Placement {
         match leaf_rows(plan) {
             Some(rows) if rows <= INLINE_MAX_ROWS => Placement::Inline,
             _ => Placement::QueryRuntime,
@@ -558,7 +564,7 @@ impl Batches {
 }
 
 /// An admitted query: registered until dropped, holding its slot once it has one.
-pub(crate) struct Admitted {
+pub struct Admitted {
     governor: Arc<Governor>,
     tracked: Arc<Tracked>,
     slot: Option<OwnedSemaphorePermit>,

@@ -1,14 +1,14 @@
 //! What a request brings to the engine and takes back, below everything that acts on it: the
 //! protocol it came by and what that protocol asks of the query ([`QueryControl`]: time limit,
-//! grants, rollups, where it runs), and the answer ([`QueryOutput`]). Grant checks on it live
-//! in `grants`, admission in `governance`.
+//! grants, rollups, where it runs), and the answer ([`QueryOutput`]). Admission is this
+//! crate's root; the engine checks grants on it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
-use quiver_model::ReadGrants;
+use quiver_model::{ReadGrants, VisibleDatabases};
 use serde::Serialize;
 
 /// The result of a query: its schema (known before the first row) and its rows, streamed.
@@ -55,5 +55,14 @@ pub struct QueryControl {
     pub skip_rollups: bool,
     /// Where this query runs (HTTP `distributed=`, the session setting `quiver.distributed`);
     /// `None`: the server's `distributed` setting.
-    pub distributed: Option<quiver_distributed::Distributed>,
+    pub distributed: Option<quiver_model::settings::Distributed>,
+}
+
+impl QueryControl {
+    /// The databases the catalog shows the caller.
+    pub fn visible_databases(&self) -> VisibleDatabases {
+        self.grants
+            .as_ref()
+            .map_or(VisibleDatabases::All, |grants| grants.visible_databases())
+    }
 }

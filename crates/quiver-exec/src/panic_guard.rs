@@ -17,10 +17,7 @@ use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
 use futures::{FutureExt, Stream, StreamExt};
 
 /// Runs `future`, turning a panic into an internal error that quotes the panic's message.
-pub(crate) async fn guard_future<T>(
-    what: &str,
-    future: impl Future<Output = Result<T>>,
-) -> Result<T> {
+pub async fn guard_future<T>(what: &str, future: impl Future<Output = Result<T>>) -> Result<T> {
     AssertUnwindSafe(future)
         .catch_unwind()
         .await
@@ -28,7 +25,7 @@ pub(crate) async fn guard_future<T>(
 }
 
 /// `stream`, with a panic while producing a batch turned into a last, internal error.
-pub(crate) fn guard_stream(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+pub fn guard_stream(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
     Box::pin(GuardedStream {
         inner: stream,
         finished: false,
