@@ -11,7 +11,6 @@ use crate::ast::{SelectStatement, Source};
 use crate::plan::time_range::TimeRange;
 use crate::plan::{PlanContext, PlanError, MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
 
-/// Functions that transform a series point by point (not supported yet).
 /// A source a statement reads, under the measurement name its series take.
 type NamedSource = (String, Arc<dyn TableSource>);
 
