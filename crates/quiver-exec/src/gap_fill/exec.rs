@@ -59,19 +59,13 @@ impl Grid {
                 stride,
             });
         }
-        let start = |t: i64| {
-            let (t, origin, stride) = (t as i128, bucket.origin as i128, stride as i128);
-            origin + (t - origin).div_euclid(stride) * stride
-        };
-        let mut first = start(lower);
-        if first < i64::MIN as i128 {
-            first += stride as i128;
-        }
-        let last = start(upper);
-        let count = if last < first {
-            0
-        } else {
-            (last - first) / stride as i128 + 1
+        // the first bucket that starts within i64 (the one holding `lower` may start before)
+        let first = bucket.floor(lower).or_else(|| bucket.ceil(lower));
+        let count = match (first, bucket.floor(upper)) {
+            (Some(first), Some(last)) if last >= first => {
+                (last as i128 - first as i128) / stride as i128 + 1
+            }
+            _ => 0,
         };
         if count > max as i128 {
             return Err(DataFusionError::Plan(format!(
@@ -83,7 +77,7 @@ impl Grid {
             )));
         }
         Ok(Grid {
-            first: first as i64,
+            first: first.unwrap_or(0),
             count: count as u64,
             stride,
         })

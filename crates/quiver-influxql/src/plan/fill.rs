@@ -12,6 +12,7 @@ use datafusion::logical_expr::{
     WindowFrameBound, WindowFrameUnits,
 };
 use datafusion::prelude::{coalesce, ident};
+use quiver_model::TimeBucket;
 
 use super::expr::literal;
 use super::{PlanError, MEASUREMENT_COLUMN};
@@ -36,9 +37,13 @@ impl Buckets {
         offset: i64,
         max: u64,
     ) -> Result<Self, PlanError> {
-        let floor = |t: i64| t - (t.wrapping_sub(offset)).rem_euclid(interval);
-        let first = floor(lower);
-        let last = floor(upper.saturating_sub(1).max(lower));
+        // (bounds at the ends of time stay there: an open range's)
+        let bucket = TimeBucket {
+            width: interval,
+            origin: offset,
+        };
+        let first = bucket.floor_saturating(lower);
+        let last = bucket.floor_saturating(upper.saturating_sub(1).max(lower));
         let count = ((last as i128 - first as i128) / interval as i128) + 1;
         if count > max as i128 {
             return Err(PlanError::new(format!(

@@ -22,6 +22,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::ident;
 use quiver_model::schema::FieldType;
+use quiver_model::TimeBucket;
 
 use super::expr::{self, Columns, Resolved};
 use super::integral::Integral;
@@ -103,7 +104,11 @@ fn plan_select_within(
     let (range, range_start) = match (grouping.interval, range.lower) {
         (Some((interval, offset)), Some(lower)) if !transformations.is_empty() => {
             let lookback = transformations.iter().map(Transformation::lookback).max();
-            let start = lower - (lower - offset).rem_euclid(interval);
+            let start = TimeBucket {
+                width: interval,
+                origin: offset,
+            }
+            .floor_saturating(lower);
             let earlier = start.saturating_sub(interval.saturating_mul(lookback.unwrap_or(0)));
             let extended = TimeRange {
                 lower: Some(earlier),
