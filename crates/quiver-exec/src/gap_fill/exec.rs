@@ -53,11 +53,7 @@ impl Grid {
     pub fn try_new(bucket: TimeBucket, lower: i64, upper: i64, max: u64) -> Result<Grid> {
         let stride = bucket.width;
         if lower > upper {
-            return Ok(Grid {
-                first: 0,
-                count: 0,
-                stride,
-            });
+            return Ok(Grid::empty(bucket));
         }
         // the first bucket that starts within i64 (the one holding `lower` may start before)
         let first = bucket.floor(lower).or_else(|| bucket.ceil(lower));
@@ -81,6 +77,15 @@ impl Grid {
             count: count as u64,
             stride,
         })
+    }
+
+    /// No bucket: the rows there are, their nulls filled.
+    pub fn empty(bucket: TimeBucket) -> Grid {
+        Grid {
+            first: 0,
+            count: 0,
+            stride: bucket.width,
+        }
     }
 
     /// The first bucket, how many there are, and their width (what [`Grid::from_parts`]

@@ -27,6 +27,10 @@
 //!
 //! The three functions are markers: called anywhere else they fail with a message that says
 //! where they belong.
+//!
+//! InfluxQL's `fill()` plans onto the same [`GapFill`] node (`quiver-influxql`'s `plan::fill`):
+//! `fill(previous)` is `locf`, `fill(linear)` `interpolate`, and the constant fills are a
+//! projection above it.
 
 mod exec;
 mod node;
@@ -53,9 +57,7 @@ use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionContext;
 
 pub use exec::{GapFillExec, Grid};
-pub use node::FillMethod;
-pub use node::QuiverQueryPlanner;
-use node::{Bound, GapFill};
+pub use node::{Bound, FillMethod, GapFill, QuiverQueryPlanner};
 
 use crate::time_filter::{compared_with_time, is_time_column};
 

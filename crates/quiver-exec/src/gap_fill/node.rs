@@ -67,12 +67,16 @@ pub(super) fn describe_keys(
 /// bound, `<=` / `<` for an upper one. `expr` reads no column.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Hash)]
 pub struct Bound {
+    /// The bound's value (a timestamp once evaluated).
     pub expr: Expr,
+    /// Whether `time` may equal it.
     pub inclusive: bool,
 }
 
 /// Fills the gaps of its input, an aggregate grouped by a time bucket (module docs of
-/// [`super`]).
+/// [`super`]). SQL's `date_bin_gapfill` and InfluxQL's `fill()` both plan onto it; without a
+/// lower bound (InfluxQL allows none) it adds no bucket and fills the nulls of the rows there
+/// are.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GapFill {
     input: Arc<LogicalPlan>,
@@ -85,7 +89,7 @@ pub struct GapFill {
     series_columns: Vec<usize>,
     bucket: TimeBucket,
     /// The range's bounds: the buckets filled are those from the latest lower bound's to
-    /// the earliest upper bound's.
+    /// the earliest upper bound's (none without a lower bound).
     lower: Vec<Bound>,
     upper: Vec<Bound>,
     /// The filled columns after the input's: the input column each fills, and how.
@@ -142,7 +146,7 @@ impl GapFill {
             );
         }
         let data_type = self.input.schema().field(index).data_type();
-        if method == FillMethod::Interpolate && !interpolates(data_type) {
+        if !method.fills(data_type) {
             return plan_err!(
                 "interpolate() needs a numeric aggregate; {} is {data_type}",
                 column.name
@@ -170,9 +174,15 @@ impl GapFill {
     }
 }
 
-/// Whether `interpolate` can draw a line through values of `data_type`.
-fn interpolates(data_type: &DataType) -> bool {
-    data_type.is_integer() || data_type.is_floating()
+impl FillMethod {
+    /// Whether this method can fill values of `data_type` (`locf` any, `interpolate` numbers
+    /// only).
+    pub fn fills(&self, data_type: &DataType) -> bool {
+        match self {
+            FillMethod::Locf => true,
+            FillMethod::Interpolate => data_type.is_integer() || data_type.is_floating(),
+        }
+    }
 }
 
 /// `schema` with every column but `keys` nullable, then a column `<method>(<column>)` per
@@ -255,23 +265,26 @@ impl UserDefinedLogicalNodeCore for GapFill {
                 .iter()
                 .map(|b| {
                     format!(
-                        "{} {}",
+                        "time {} {}",
                         if b.inclusive { inclusive } else { strict },
                         b.expr
                     )
                 })
                 .collect::<Vec<_>>()
-                .join(" AND ")
+        };
+        let mut range = bounds(&self.lower, ">", ">=");
+        range.extend(bounds(&self.upper, "<", "<="));
+        let range = match self.lower.is_empty() {
+            true => "none".to_string(),
+            false => range.join(" AND "),
         };
         write!(
             f,
-            "GapFill: time={}, stride={}ns, origin={}, series=[{}], range=time {} AND time {}, fill=[{}]",
+            "GapFill: time={}, stride={}ns, origin={}, series=[{}], range={range}, fill=[{}]",
             name(self.time_column),
             self.bucket.width,
             self.bucket.origin,
             series,
-            bounds(&self.lower, ">", ">="),
-            bounds(&self.upper, "<", "<="),
             fills
         )
     }
@@ -366,6 +379,17 @@ impl ExtensionPlanner for GapFillPlanner {
                 ))
             })
         };
+        if gap_fill.lower.is_empty() {
+            // no start, no first bucket: the rows there are, their nulls filled
+            return Ok(Some(Arc::new(GapFillExec::try_new(
+                input,
+                Arc::new(gap_fill.schema.as_arrow().clone()),
+                gap_fill.time_column,
+                gap_fill.series_columns.clone(),
+                Grid::empty(gap_fill.bucket),
+                gap_fill.fills.to_vec(),
+            )?)));
+        }
         let mut lower = i64::MIN;
         for bound in &gap_fill.lower {
             let value = evaluate(bound)?;

@@ -1,131 +1,165 @@
-//! `fill()` for `GROUP BY time`: every series that has a point in the range gets a row for
-//! every bucket of the range (the grid of series × buckets, left-joined with the aggregates),
-//! and the empty buckets' values are filled: null (but `0` for `count`, as InfluxDB 1.x does),
-//! a constant, the previous value, or a linear interpolation between the neighbouring values
-//! (edges stay null). The number of buckets is checked before anything is built.
+//! `fill()` for `GROUP BY time`, planned onto the gap-fill operator SQL's `date_bin_gapfill`
+//! uses (`quiver_exec::gap_fill`): every series that has a point in the range gets a row for
+//! every bucket of the range, and the empty buckets' values (and the nulls the aggregates
+//! gave) are filled as InfluxDB 1.x fills them: null (but `0` for `count`), a constant, the
+//! previous value (the operator's `locf`), or a line between the neighbouring values (its
+//! `interpolate`, numbers only; edges stay null). Without a start there is no first bucket:
+//! the rows there are get their nulls filled, no bucket is added. The number of buckets is
+//! checked against the statement's limit before anything is built.
 
-use arrow::datatypes::{DataType, TimeUnit};
-use datafusion::common::ScalarValue;
-use datafusion::logical_expr::expr::NullTreatment;
-use datafusion::logical_expr::{
-    cast, lit, Expr as DfExpr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder, WindowFrame,
-    WindowFrameBound, WindowFrameUnits,
-};
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::logical_expr::{cast, lit, Expr as DfExpr, Extension, LogicalPlan};
+use datafusion::logical_expr::{LogicalPlanBuilder, UserDefinedLogicalNode};
 use datafusion::prelude::{coalesce, ident};
+use quiver_exec::gap_fill::{Bound, FillMethod, GapFill};
 use quiver_model::TimeBucket;
 
 use super::expr::literal;
 use super::{PlanError, MEASUREMENT_COLUMN};
 use crate::ast::Fill;
 
-/// The buckets of a `GROUP BY time` over a time range: from the one holding the range's
-/// start to the one holding its last instant.
+/// The buckets a `GROUP BY time` fills: `bucket`'s from the one holding `lower` (none
+/// without it) to the one holding the last instant before `upper`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Buckets {
-    first: i64,
-    last: i64,
-    interval: i64,
+pub(crate) struct FillRange {
+    pub(crate) bucket: TimeBucket,
+    pub(crate) lower: Option<i64>,
+    pub(crate) upper: i64,
 }
 
-impl Buckets {
-    /// The buckets of `interval` (aligned to the epoch plus `offset`) covering
-    /// `lower <= time < upper`; refused past `max` buckets.
+impl FillRange {
+    /// The range, refused (with InfluxDB 1.x's message) if it makes more than `max` buckets.
     pub(crate) fn new(
-        lower: i64,
+        bucket: TimeBucket,
+        lower: Option<i64>,
         upper: i64,
-        interval: i64,
-        offset: i64,
         max: u64,
     ) -> Result<Self, PlanError> {
-        // (bounds at the ends of time stay there: an open range's)
-        let bucket = TimeBucket {
-            width: interval,
-            origin: offset,
-        };
-        let first = bucket.floor_saturating(lower);
-        let last = bucket.floor_saturating(upper.saturating_sub(1).max(lower));
-        let count = ((last as i128 - first as i128) / interval as i128) + 1;
-        if count > max as i128 {
-            return Err(PlanError::new(format!(
-                "max-select-buckets limit exceeded: ({count}/{max}): GROUP BY time over this \
-                 range makes {count} buckets (narrow the time range, widen the interval or use \
-                 fill(none))"
-            )));
+        if let Some(lower) = lower {
+            let count = bucket_count(bucket, lower, upper);
+            if count > max as i128 {
+                return Err(PlanError::new(format!(
+                    "max-select-buckets limit exceeded: ({count}/{max}): GROUP BY time over \
+                     this range makes {count} buckets (narrow the time range, widen the \
+                     interval or use fill(none))"
+                )));
+            }
         }
-        Ok(Buckets {
-            first,
-            last,
-            interval,
+        Ok(FillRange {
+            bucket,
+            lower,
+            upper,
         })
-    }
-
-    /// One row per bucket start, column `time`.
-    fn plan(&self) -> Result<LogicalPlan, PlanError> {
-        let starts = datafusion::functions_nested::expr_fn::range(
-            lit(self.first),
-            lit(self.last.saturating_add(1)),
-            lit(self.interval),
-        );
-        let utc = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
-        Ok(LogicalPlanBuilder::empty(true)
-            .project(vec![starts.alias("__start")])?
-            .unnest_column("__start")?
-            .project(vec![cast(ident("__start"), utc).alias("time")])?
-            .build()?)
     }
 }
 
-/// `plan` (measurement, time, `tags`, `outputs`) with a row for every bucket of every series
-/// it has; the new rows' outputs are null.
-///
-/// The grid (series × buckets, outputs null) and the aggregates are one union grouped by
-/// series and bucket: a bucket's value is its aggregate's, if it has one (each key has at most
-/// one aggregate row, so `max` takes it).
-pub(crate) fn grid(
+/// How many buckets of `bucket` hold `lower <= time < upper` (bounds at the ends of time
+/// stay there: an open range's).
+fn bucket_count(bucket: TimeBucket, lower: i64, upper: i64) -> i128 {
+    let first = bucket.floor_saturating(lower);
+    let last = bucket.floor_saturating(upper.saturating_sub(1).max(lower));
+    (last as i128 - first as i128) / bucket.width as i128 + 1
+}
+
+/// `plan` (measurement, time, `tags`, `outputs`) with its missing values filled as `fill`
+/// says; with `range` (a `GROUP BY time`), every series first gets a row for every bucket of
+/// the range. `counts` marks the outputs that are a `count()`.
+pub(crate) fn fill_aggregates(
     plan: LogicalPlan,
-    buckets: &Buckets,
     tags: &[String],
     outputs: &[String],
+    counts: &[bool],
+    fill: &Fill,
+    range: Option<FillRange>,
 ) -> Result<LogicalPlan, PlanError> {
-    let keys = series_keys(tags);
-    let series = LogicalPlanBuilder::from(plan.clone())
-        .project(keys.iter().map(|k| ident(k.as_str())).collect::<Vec<_>>())?
-        .distinct()?
-        .build()?;
+    let mut columns = row_keys(tags);
+    columns.extend(outputs.iter().map(|o| ident(o.as_str())));
+    let plan = LogicalPlanBuilder::from(plan).project(columns)?.build()?;
+    if *fill == Fill::None {
+        return Ok(plan);
+    }
     let types = output_types(&plan, outputs)?;
-    let mut grid_columns: Vec<DfExpr> = vec![ident(MEASUREMENT_COLUMN), ident("time")];
-    grid_columns.extend(tags.iter().map(|t| ident(t.as_str())));
-    grid_columns.extend(
-        outputs
-            .iter()
-            .zip(&types)
-            .map(|(o, t)| cast(lit(ScalarValue::Null), t.clone()).alias(o)),
-    );
-    let grid = LogicalPlanBuilder::from(series)
-        .cross_join(buckets.plan()?)?
-        .project(grid_columns)?
-        .build()?;
-    let group = row_keys(tags);
-    let mut data_columns = group.clone();
-    data_columns.extend(outputs.iter().map(|o| ident(o.as_str())));
-    let data = LogicalPlanBuilder::from(plan)
-        .project(data_columns)?
-        .build()?;
-    let taken: Vec<DfExpr> = outputs
-        .iter()
-        .map(|o| datafusion::functions_aggregate::expr_fn::max(ident(o.as_str())).alias(o))
-        .collect();
-    Ok(LogicalPlanBuilder::from(grid)
-        .union(data)?
-        .aggregate(group, taken)?
+    let (plan, filled) = match range {
+        Some(range) => gap_fill(plan, tags, outputs, &types, fill, range)?,
+        None => (plan, outputs.iter().map(Column::from_name).collect()),
+    };
+    let mut projection = row_keys(tags);
+    for (((output, column), is_count), data_type) in
+        outputs.iter().zip(filled).zip(counts).zip(&types)
+    {
+        let value = DfExpr::Column(column);
+        let value = match fill {
+            Fill::Null if *is_count => coalesce(vec![value, lit(0i64)]),
+            Fill::Value(constant) if *data_type != DataType::Null => {
+                coalesce(vec![value, cast(literal(constant), data_type.clone())])
+            }
+            _ => value,
+        };
+        projection.push(value.alias(output));
+    }
+    Ok(LogicalPlanBuilder::from(plan)
+        .project(projection)?
         .build()?)
 }
 
-/// The measurement and `tags`: what names a series.
-fn series_keys(tags: &[String]) -> Vec<String> {
-    std::iter::once(MEASUREMENT_COLUMN.to_string())
-        .chain(tags.iter().cloned())
-        .collect()
+/// `plan` under the gap-fill node that adds `range`'s buckets to every series, and the column
+/// each output is read from (the node's `locf` / `interpolate` column where `fill` fills by
+/// the series' values).
+fn gap_fill(
+    plan: LogicalPlan,
+    tags: &[String],
+    outputs: &[String],
+    types: &[DataType],
+    fill: &Fill,
+    range: FillRange,
+) -> Result<(LogicalPlan, Vec<Column>), PlanError> {
+    let timestamp = |ns: i64| {
+        lit(ScalarValue::TimestampNanosecond(
+            Some(ns),
+            Some("UTC".into()),
+        ))
+    };
+    let lower = range.lower.map(|ns| Bound {
+        expr: timestamp(ns),
+        inclusive: true,
+    });
+    let upper = Bound {
+        expr: timestamp(range.upper),
+        inclusive: false,
+    };
+    // measurement, time, tags...: the series are the measurement and the tags
+    let series = std::iter::once(0).chain(2..2 + tags.len()).collect();
+    let mut node = GapFill::try_new(
+        Arc::new(plan),
+        1,
+        series,
+        range.bucket,
+        lower.into_iter().collect(),
+        vec![upper],
+        Vec::new(),
+    )?;
+    let method = match fill {
+        Fill::Previous => Some(FillMethod::Locf),
+        Fill::Linear => Some(FillMethod::Interpolate),
+        _ => None,
+    };
+    let mut filled = Vec::with_capacity(outputs.len());
+    for (output, data_type) in outputs.iter().zip(types) {
+        let column = Column::from_name(output);
+        match method {
+            Some(method) if method.fills(data_type) => {
+                let (with_fill, column) = node.fill_column(&column, method, "fill")?;
+                node = with_fill;
+                filled.push(column);
+            }
+            _ => filled.push(column),
+        }
+    }
+    let node: Arc<dyn UserDefinedLogicalNode> = Arc::new(node);
+    Ok((LogicalPlan::Extension(Extension { node }), filled))
 }
 
 /// The measurement, time and `tags` columns: what names a row.
@@ -148,145 +182,41 @@ fn output_types(plan: &LogicalPlan, outputs: &[String]) -> Result<Vec<DataType>,
         .collect::<Result<_, _>>()?)
 }
 
-/// `plan`'s missing values (null outputs: a bucket, or a field, without points) filled as
-/// `fill` says, as InfluxDB 1.x fills them: with `fill(null)` a count is `0`; a constant takes
-/// its column's type; `previous` and `linear` look along the series (linear only between two
-/// numbers; edges and non-numeric columns stay as they are).
-pub(crate) fn fill_values(
-    plan: LogicalPlan,
-    tags: &[String],
-    outputs: &[String],
-    counts: &[bool],
-    fill: &Fill,
-) -> Result<LogicalPlan, PlanError> {
-    let types = output_types(&plan, outputs)?;
-    let partition: Vec<DfExpr> = series_keys(tags)
-        .iter()
-        .map(|k| ident(k.as_str()))
-        .collect();
-    let mut windows = Vec::new();
-    let mut filled: Vec<DfExpr> = row_keys(tags);
-    for (i, ((output, is_count), data_type)) in outputs.iter().zip(counts).zip(&types).enumerate() {
-        let value = ident(output.as_str());
-        let value = match fill {
-            Fill::Null if *is_count => coalesce(vec![value, lit(0i64)]),
-            Fill::Null | Fill::None => value,
-            Fill::Value(_) if *data_type == DataType::Null => value,
-            Fill::Value(constant) => {
-                coalesce(vec![value, cast(literal(constant), data_type.clone())])
-            }
-            Fill::Previous => {
-                let previous = format!("__previous_{i}");
-                windows.push(nearest(value, &partition, true)?.alias(&previous));
-                ident(previous)
-            }
-            Fill::Linear if data_type.is_numeric() => cast(
-                linear(value, &partition, i, &mut windows)?,
-                data_type.clone(),
-            ),
-            Fill::Linear => value,
-        };
-        filled.push(value.alias(output));
-    }
-    let mut builder = LogicalPlanBuilder::from(plan);
-    if !windows.is_empty() {
-        builder = builder.window(windows)?;
-    }
-    Ok(builder.project(filled)?.build()?)
-}
-
-fn frame(preceding: bool) -> WindowFrame {
-    let unbounded = ScalarValue::UInt64(None);
-    match preceding {
-        true => WindowFrame::new_bounds(
-            WindowFrameUnits::Rows,
-            WindowFrameBound::Preceding(unbounded),
-            WindowFrameBound::CurrentRow,
-        ),
-        false => WindowFrame::new_bounds(
-            WindowFrameUnits::Rows,
-            WindowFrameBound::CurrentRow,
-            WindowFrameBound::Following(unbounded),
-        ),
-    }
-}
-
-/// The nearest non-null value of `value` in the series, at or before the row (`preceding`)
-/// or at or after it.
-fn nearest(value: DfExpr, partition: &[DfExpr], preceding: bool) -> Result<DfExpr, PlanError> {
-    use datafusion::functions_window::expr_fn::{first_value, last_value};
-    let function = match preceding {
-        true => last_value(value),
-        false => first_value(value),
-    };
-    Ok(function
-        .null_treatment(NullTreatment::IgnoreNulls)
-        .partition_by(partition.to_vec())
-        .order_by(vec![ident("time").sort(true, false)])
-        .window_frame(frame(preceding))
-        .build()?)
-}
-
-/// `value`, or between the previous and the next non-null values, interpolated at the row's
-/// time (null at the series' edges); the window columns it reads are added to `windows`.
-fn linear(
-    value: DfExpr,
-    partition: &[DfExpr],
-    i: usize,
-    windows: &mut Vec<DfExpr>,
-) -> Result<DfExpr, PlanError> {
-    let as_float = |e: DfExpr| cast(e, DataType::Float64);
-    let time_ns = cast(ident("time"), DataType::Int64);
-    let time_where_set = DfExpr::Case(datafusion::logical_expr::Case::new(
-        None,
-        vec![(
-            Box::new(value.clone().is_not_null()),
-            Box::new(time_ns.clone()),
-        )],
-        None,
-    ));
-    let names = [
-        format!("__prev_v_{i}"),
-        format!("__next_v_{i}"),
-        format!("__prev_t_{i}"),
-        format!("__next_t_{i}"),
-    ];
-    windows.push(nearest(value.clone(), partition, true)?.alias(&names[0]));
-    windows.push(nearest(value.clone(), partition, false)?.alias(&names[1]));
-    windows.push(nearest(time_where_set.clone(), partition, true)?.alias(&names[2]));
-    windows.push(nearest(time_where_set, partition, false)?.alias(&names[3]));
-    let [prev_v, next_v, prev_t, next_t] = names.map(|n| as_float(ident(n)));
-    let interpolated = prev_v.clone()
-        + (next_v - prev_v) * (as_float(time_ns) - prev_t.clone()) / (next_t - prev_t);
-    Ok(coalesce(vec![as_float(value), interpolated]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn count(lower: i64, upper: i64, width: i64, origin: i64) -> i128 {
+        bucket_count(TimeBucket { width, origin }, lower, upper)
+    }
+
     #[test]
     fn buckets_run_from_the_one_holding_the_start_to_the_one_holding_the_last_instant() {
-        let b = Buckets::new(130, 200, 60, 0, 100).unwrap();
-        assert_eq!((b.first, b.last), (120, 180));
-        let b = Buckets::new(130, 181, 60, 0, 100).unwrap();
-        assert_eq!(b.last, 180);
-        let b = Buckets::new(130, 180, 60, 0, 100).unwrap();
-        assert_eq!(b.last, 120);
-        let offset = Buckets::new(130, 200, 60, 15, 100).unwrap();
-        assert_eq!((offset.first, offset.last), (75, 195));
-        let negative = Buckets::new(-130, 0, 60, 0, 100).unwrap();
-        assert_eq!((negative.first, negative.last), (-180, -60));
+        // 120, 180
+        assert_eq!(count(130, 200, 60, 0), 2);
+        assert_eq!(count(130, 181, 60, 0), 2);
+        // 120 only
+        assert_eq!(count(130, 180, 60, 0), 1);
+        // 75, 135, 195
+        assert_eq!(count(130, 200, 60, 15), 3);
+        // -180, -120, -60
+        assert_eq!(count(-130, 0, 60, 0), 3);
     }
 
     #[test]
     fn too_many_buckets_are_refused_before_anything_is_built() {
         let year = 365 * 24 * 3600 * 1_000_000_000i64;
-        let error = Buckets::new(0, year, 1, 0, 1_000_000).unwrap_err();
+        let nanosecond = TimeBucket {
+            width: 1,
+            origin: 0,
+        };
+        let error = FillRange::new(nanosecond, Some(0), year, 1_000_000).unwrap_err();
         assert!(
             error.0.contains("max-select-buckets limit exceeded"),
             "{error}"
         );
-        assert!(Buckets::new(i64::MIN, i64::MAX, 1, 0, 10).is_err());
+        assert!(FillRange::new(nanosecond, Some(i64::MIN), i64::MAX, 10).is_err());
+        // without a start nothing is added, whatever the range
+        assert!(FillRange::new(nanosecond, None, i64::MAX, 10).is_ok());
     }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::datasource::{provider_as_source, MemTable};
-use datafusion::prelude::SessionContext;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::*;
 use crate::parser::{parse, ParseLimits};
@@ -115,10 +116,7 @@ fn rows(text: &str) -> Vec<String> {
     let plan = plan_of(text).unwrap_or_else(|e| panic!("{text}: {e}"));
     let runtime = tokio_runtime();
     runtime.block_on(async {
-        let frame = SessionContext::new()
-            .execute_logical_plan(plan)
-            .await
-            .unwrap();
+        let frame = context().execute_logical_plan(plan).await.unwrap();
         let batches = frame.collect().await.unwrap();
         let mut out = Vec::new();
         for batch in &batches {
@@ -133,6 +131,39 @@ fn rows(text: &str) -> Vec<String> {
         }
         out
     })
+}
+
+/// The session the engine runs InfluxQL in: DataFusion's, with Quiver's operators (gap
+/// filling among them) and SQL's gap-filling functions.
+fn context() -> SessionContext {
+    let state =
+        quiver_exec::session::state_builder(SessionConfig::new(), Arc::new(RuntimeEnv::default()))
+            .build();
+    let ctx = SessionContext::new_with_state(state);
+    quiver_exec::gap_fill::register_functions(&ctx);
+    ctx.add_analyzer_rule(Arc::new(quiver_exec::gap_fill::GapFillRule));
+    ctx
+}
+
+/// The gap-fill node of `plan`, if it has one.
+fn gap_fill_node(plan: &LogicalPlan) -> Option<quiver_exec::gap_fill::GapFill> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found = None;
+    plan.apply(|node| {
+        if let LogicalPlan::Extension(extension) = node {
+            if let Some(gap_fill) = extension
+                .node
+                .as_any()
+                .downcast_ref::<quiver_exec::gap_fill::GapFill>()
+            {
+                found = Some(gap_fill.clone());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    found
 }
 
 fn tokio_runtime() -> tokio::runtime::Runtime {
@@ -190,6 +221,65 @@ fn buckets_are_filled_as_influxdb_fills_them() {
         rows("SELECT count(usage) FROM cpu WHERE host = 'b' AND time >= 0s AND time < 180s GROUP BY time(1m) fill(none)").len(),
         2
     );
+}
+
+#[test]
+fn fill_plans_onto_the_gap_fill_node_of_sql_date_bin_gapfill() {
+    let influxql = plan_of(
+        "SELECT max(usage) FROM cpu WHERE time >= 0s AND time < 180s GROUP BY time(1m), host \
+         fill(previous)",
+    )
+    .unwrap();
+    let influxql = gap_fill_node(&influxql).expect("InfluxQL's fill() plans a GapFill node");
+    let runtime = tokio_runtime();
+    let sql = runtime.block_on(async {
+        let ctx = context();
+        let Tables(tables) = tables();
+        let cpu = datafusion::datasource::source_as_provider(&tables["cpu"]).unwrap();
+        ctx.register_table("cpu", cpu).unwrap();
+        let frame = ctx
+            .sql(
+                "SELECT date_bin_gapfill(INTERVAL '1 minute', time) AS t, host, locf(max(usage)) \
+                 FROM cpu WHERE time >= to_timestamp(0) AND time < to_timestamp(180) GROUP BY 1, 2",
+            )
+            .await
+            .unwrap();
+        frame.into_optimized_plan().unwrap()
+    });
+    let sql = gap_fill_node(&sql).expect("SQL's date_bin_gapfill() plans a GapFill node");
+    use datafusion::logical_expr::UserDefinedLogicalNodeCore;
+    assert_eq!(influxql.name(), sql.name());
+    let describe = |node: &quiver_exec::gap_fill::GapFill| {
+        struct Explain<'a>(&'a quiver_exec::gap_fill::GapFill);
+        impl std::fmt::Display for Explain<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                self.0.fmt_for_explain(f)
+            }
+        }
+        Explain(node).to_string()
+    };
+    // the same bucket and the same fill: locf of the aggregate
+    for node in [&influxql, &sql] {
+        let text = describe(node);
+        assert!(text.contains("stride=60000000000ns, origin=0"), "{text}");
+        assert!(text.contains("fill=[locf("), "{text}");
+    }
+}
+
+#[test]
+fn fill_without_a_start_fills_the_rows_there_are_and_adds_no_bucket() {
+    // host a has points in buckets 0 and 1 only: nothing is added after them
+    assert_eq!(
+        rows("SELECT max(usage) FROM cpu WHERE host = 'a' AND time < 180s GROUP BY time(1m) fill(previous)"),
+        [
+            "cpu|1970-01-01T00:00:00Z|1.5",
+            "cpu|1970-01-01T00:01:00Z|3.5",
+        ]
+    );
+    let plan =
+        plan_of("SELECT max(usage) FROM cpu WHERE time < 180s GROUP BY time(1m) fill(linear)")
+            .unwrap();
+    assert!(gap_fill_node(&plan).is_some());
 }
 
 #[test]

@@ -6,12 +6,13 @@ use std::collections::BTreeSet;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{lit, Expr as DfExpr, LogicalPlan};
 use datafusion::prelude::ident;
+use quiver_model::TimeBucket;
 
 use super::functions::is_count;
 use super::{tag_role, timestamp, OutputColumn};
 use crate::ast::{Dimension, Fill, SelectStatement};
 use crate::plan::expr::{self, Columns, Resolved};
-use crate::plan::fill::{self, Buckets};
+use crate::plan::fill::{self, FillRange};
 use crate::plan::time_range::TimeRange;
 use crate::plan::{PlanContext, PlanError};
 
@@ -24,7 +25,8 @@ pub(in crate::plan) struct Grouping {
 }
 
 /// Aggregates with their missing values filled (`fill()`, null by default): with `GROUP BY
-/// time` over a range with a start, every bucket of every series first gets a row.
+/// time` over a range with a start, every bucket of every series first gets a row (the
+/// gap-fill operator SQL's `date_bin_gapfill` uses).
 pub(super) fn fill_aggregates(
     plan: LogicalPlan,
     select: &SelectStatement,
@@ -36,16 +38,15 @@ pub(super) fn fill_aggregates(
     let fill = select.fill.clone().unwrap_or(Fill::Null);
     let outputs: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
     let counts: Vec<bool> = columns.iter().map(|c| is_count(&c.expr)).collect();
-    let plan = match (grouping.interval, range.lower, &fill) {
-        (Some((interval, offset)), Some(lower), fill) if *fill != Fill::None => {
+    let fill_range = match (grouping.interval, &fill) {
+        (Some((width, origin)), fill) if *fill != Fill::None => {
+            let bucket = TimeBucket { width, origin };
             let upper = range.upper.unwrap_or(ctx.now_ns.saturating_add(1));
-            let buckets = Buckets::new(lower, upper, interval, offset, ctx.max_buckets)?;
-            fill::grid(plan, &buckets, &grouping.tags, &outputs)?
+            Some(FillRange::new(bucket, range.lower, upper, ctx.max_buckets)?)
         }
-        // without a start there is no first bucket to fill from
-        _ => plan,
+        _ => None,
     };
-    fill::fill_values(plan, &grouping.tags, &outputs, &counts, &fill)
+    fill::fill_aggregates(plan, &grouping.tags, &outputs, &counts, &fill, fill_range)
 }
 
 /// The `GROUP BY` of `select`: its time interval and the tags (a regular expression or `*`
