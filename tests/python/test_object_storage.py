@@ -196,6 +196,82 @@ def test_persisted_writes_reach_query_nodes_and_restarted_nodes_serve_at_once(
     assert query_json(node.http_url, DB, count) == [{"n": 5}]
 
 
+def test_a_query_node_serves_the_writers_value_caches(
+        spawn_quiver, tmp_path: Path, moto: MotoServer, bucket_url: str) -> None:
+    writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)
+    now = time.time_ns()
+    write_ok(writer.http_url, DB, "\n".join(
+        f"cpu,host={host} usage={i}.5 {now - (3 - i) * 1_000_000_000}"
+        for i in range(3) for host in ("a", "b")))
+    persist(writer.http_url)
+    created = requests.post(f"{writer.http_url}/api/v3/configure/last_cache",
+                            json={"db": DB, "table": "cpu", "name": "two",
+                                  "key_columns": ["host"], "value_columns": ["usage"],
+                                  "count": 2}, timeout=10)
+    assert created.status_code == 201, created.text
+    last = "SELECT host, usage FROM last_cache('cpu', 'two') ORDER BY host, usage"
+    expected = query_json(writer.http_url, DB, last)
+    assert expected == [{"host": h, "usage": u} for h in ("a", "b") for u in (1.5, 2.5)]
+    # the cache is in the catalog: a node started now serves it like the writer
+    node = start_node(spawn_quiver, tmp_path, "query", bucket_url, moto.endpoint,
+                      "--role", "query")
+    assert query_json(node.http_url, DB, last) == expected
+    # configured on the node: refused, naming the role
+    refused = requests.post(f"{node.http_url}/api/v3/configure/last_cache",
+                            json={"db": DB, "table": "cpu", "name": "three"}, timeout=10)
+    assert refused.status_code == 403 and "role = query" in refused.text, refused.text
+    # dropped on the writer: gone on the node with the catalog it follows next
+    dropped = requests.delete(f"{writer.http_url}/api/v3/configure/last_cache",
+                              params={"db": DB, "table": "cpu", "name": "two"}, timeout=10)
+    assert dropped.status_code == 200, dropped.text
+    wait_until(lambda: query(node.http_url, DB, last).status_code == 400, 10,
+               "the node to see the cache dropped")
+    assert "no last cache named" in query(node.http_url, DB, last).text
+
+
+def test_a_query_node_routes_to_the_writers_rollups(
+        spawn_quiver, tmp_path: Path, moto: MotoServer, bucket_url: str) -> None:
+    writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)
+    load_dataset(writer.http_url)
+    created = requests.post(
+        f"{writer.http_url}/api/v3/configure/rollup",
+        json={"db": DB, "name": "cpu_1d", "sql":
+              "SELECT date_bin(INTERVAL '1 day', time) AS time, host, avg(usage) AS mean, "
+              "max(usage) AS peak FROM cpu GROUP BY 1, 2"}, timeout=10)
+    assert created.status_code == 200, created.text
+    routed = ("SELECT date_bin(INTERVAL '1 day', time) AS day, host, max(usage) AS peak "
+              "FROM cpu GROUP BY 1, 2 ORDER BY 1, 2")
+    expected = query_json(writer.http_url, DB, routed)
+    # the definition is in the catalog: a node started now routes to the rollup
+    node = start_node(spawn_quiver, tmp_path, "query", bucket_url, moto.endpoint,
+                      "--role", "query")
+    plan = "\n".join(row["plan"] for row in query_json(node.http_url, DB, f"EXPLAIN {routed}"))
+    assert "rollup cpu_1d: used for cpu" in plan, plan
+    assert query_json(node.http_url, DB, routed) == expected
+
+    # the node computes the rollup's rows from the shared files, as the writer does
+    def caught_up() -> bool:
+        listed = requests.get(f"{node.http_url}/api/v3/configure/rollup",
+                              params={"db": DB}, timeout=10).json()
+        return any(r["name"] == "cpu_1d" and r["state"] == "ready" and r["lag_seconds"] == 0
+                   for r in listed)
+    wait_until(caught_up, 30, "the node to compute the rollup")
+    assert query_json(node.http_url, DB, routed) == expected
+    # newer files on the writer make their buckets pending on the node: answers follow
+    write_ok(writer.http_url, DB, f"cpu,host=h00,region=r0 usage=1000 {START_NS + 5}")
+    persist(writer.http_url)
+    wait_until(lambda: query_json(node.http_url, DB, routed)
+               == query_json(writer.http_url, DB, routed), 10,
+               "the node's routed answer to follow the persist")
+    # dropped on the writer: gone on the node
+    dropped = requests.delete(f"{writer.http_url}/api/v3/configure/rollup",
+                              params={"db": DB, "name": "cpu_1d"}, timeout=10)
+    assert dropped.status_code == 200, dropped.text
+    wait_until(lambda: "rollup cpu_1d: used" not in "\n".join(
+        row["plan"] for row in query_json(node.http_url, DB, f"EXPLAIN {routed}")), 10,
+        "the node to see the rollup dropped")
+
+
 def test_a_garbage_catalog_or_truncated_file_is_a_500_naming_it_and_the_node_stays_up(
         spawn_quiver, tmp_path: Path, moto: MotoServer, bucket_url: str) -> None:
     writer = start_node(spawn_quiver, tmp_path, "writer", bucket_url, moto.endpoint)

@@ -11,14 +11,15 @@
 //! offline stops working within that interval, also in open sessions.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, OpenOptions};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
+use quiver_model::durable_fs::{replace_durably, Access};
 use serde::{Deserialize, Serialize};
 
 use crate::permission::Permission;
@@ -522,30 +523,23 @@ fn encode(file: &TokenFile) -> Result<Vec<u8>, TokenError> {
     })
 }
 
-/// Writes `file` to `path` through a synced temporary file and a rename, then syncs the
-/// directory. The file is readable by its owner only.
+/// Writes `file` to `path` atomically and durably (`quiver_model::durable_fs`), readable by
+/// its owner only.
 fn write_atomically(path: &Path, file: &TokenFile) -> Result<(), TokenError> {
-    let temporary = path.with_extension("json.tmp");
     let bytes = encode(file)?;
-    let context = format!("cannot write the token file {}", temporary.display());
-    let mut options = OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut out = options.open(&temporary).map_err(io_context(&context))?;
-    out.write_all(&bytes).map_err(io_context(&context))?;
-    out.sync_all().map_err(io_context(&context))?;
-    drop(out);
-    fs::rename(&temporary, path).map_err(io_context(format!(
-        "cannot replace the token file {}",
-        path.display()
-    )))?;
-    if let Some(directory) = path.parent() {
-        File::open(directory)
-            .and_then(|d| d.sync_all())
-            .map_err(io_context(format!("cannot sync {}", directory.display())))?;
-    }
-    Ok(())
+    let (directory, name) = match (path.parent(), path.file_name()) {
+        (Some(directory), Some(name)) => (directory, name.to_string_lossy()),
+        _ => {
+            return Err(TokenError::Io {
+                context: format!("{} is not a file path", path.display()),
+                source: io::Error::from(io::ErrorKind::InvalidInput),
+            })
+        }
+    };
+    replace_durably(directory, &name, &bytes, Access::OwnerOnly).map_err(|e| TokenError::Io {
+        context: format!("cannot write the token file {}", e.path.display()),
+        source: e.source,
+    })
 }
 
 fn io_context(context: impl Into<String>) -> impl FnOnce(io::Error) -> TokenError {

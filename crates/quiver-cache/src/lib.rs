@@ -27,5 +27,7 @@ mod stats;
 
 pub use config::CacheConfig;
 pub use entry::{CachedResult, EncodingKey, MAX_ENCODINGS_PER_ENTRY};
-pub use service::{Answer, AnswerBody, CachedAnswer, QueryRequest, QueryService, Run, Verdict};
+pub use service::{
+    Answer, AnswerBody, CachedAnswer, QueryInvocation, QueryRequest, QueryService, Verdict,
+};
 pub use stats::CacheStats;

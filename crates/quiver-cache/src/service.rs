@@ -58,7 +58,7 @@ pub struct QueryRequest {
 /// Who runs a query and how: what [`QueryService::query_analyzed`] needs besides the
 /// statement and its parameters.
 #[derive(Debug, Clone, Copy)]
-pub struct Run<'a> {
+pub struct QueryInvocation<'a> {
     /// The caller's access scope; answers are never shared between scopes.
     pub scope: &'a AccessScope,
     /// Skip the cache: run afresh and store nothing.
@@ -221,7 +221,7 @@ impl QueryService {
         let analysis = self
             .analysis(&request.database, &request.sql)
             .map_err(|e| Arc::new(request.control.hide_unreadable(e)))?;
-        let how = Run {
+        let how = QueryInvocation {
             scope: &request.scope,
             no_cache: request.no_cache,
             control: &request.control,
@@ -253,7 +253,7 @@ impl QueryService {
         self: &Arc<Self>,
         database: &str,
         statement: InfluxqlStatement,
-        how: Run<'_>,
+        how: QueryInvocation<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
         if statement == InfluxqlStatement::ShowDatabases {
             self.engine
@@ -319,7 +319,7 @@ impl QueryService {
         self: &Arc<Self>,
         analysis: Arc<QueryAnalysis>,
         params: &QueryParams,
-        how: Run<'_>,
+        how: QueryInvocation<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
         // before the cache is consulted: a cached answer never reaches a caller who may not
         // read every table it came from, nor one a query node cannot know to be current
@@ -342,7 +342,7 @@ impl QueryService {
         let analysis = self.analysis(&request.database, &request.sql).ok()?;
         request.control.check_analysis(&analysis).ok()?;
         self.engine.store().check_current().ok()?;
-        let how = Run {
+        let how = QueryInvocation {
             scope: &request.scope,
             no_cache: request.no_cache,
             control: &request.control,
@@ -358,7 +358,12 @@ impl QueryService {
 
     /// How `analysis` with `params` is answered for `scope`: past the cache, or under a key
     /// naming the current versions of the tables it reads.
-    fn plan(&self, analysis: &QueryAnalysis, params: &QueryParams, how: Run<'_>) -> Lookup {
+    fn plan(
+        &self,
+        analysis: &QueryAnalysis,
+        params: &QueryParams,
+        how: QueryInvocation<'_>,
+    ) -> Lookup {
         let mut options = ExecuteOptions {
             params: params.clone(),
             now: None,
@@ -411,7 +416,7 @@ impl QueryService {
         self: &Arc<Self>,
         analysis: Arc<QueryAnalysis>,
         params: &QueryParams,
-        how: Run<'_>,
+        how: QueryInvocation<'_>,
     ) -> Result<Answer, Arc<QueryError>> {
         let (key, options) = match self.plan(&analysis, params, how) {
             Lookup::Bypass(options) => return self.bypass(&analysis, &options).await,

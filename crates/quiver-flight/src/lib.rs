@@ -86,7 +86,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
 use prost::Message;
 use quiver_auth::{Authenticator, Caller, Presented};
-use quiver_cache::{Answer, AnswerBody, QueryRequest, QueryService, Run};
+use quiver_cache::{Answer, AnswerBody, QueryInvocation, QueryRequest, QueryService};
 use quiver_model::{Classify, ErrorKind};
 use quiver_query::{GrantChecks, QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryParams};
@@ -257,7 +257,7 @@ impl QuiverFlightSql {
                 statements.len()
             )));
         }
-        let how = Run {
+        let how = QueryInvocation {
             scope: &request.scope,
             no_cache: request.no_cache,
             control: &request.control,

@@ -145,9 +145,9 @@ pub async fn create_token(
 
 /// Fails on a query node: its tokens are the writer's, taken over every second.
 fn tokens_are_kept_here(app: &AppState) -> Result<(), ApiError> {
-    match app.store.role() {
-        quiver_storage::Role::All => Ok(()),
-        _ => Err(ApiError::classified(
+    match app.store.access() {
+        quiver_storage::StoreAccess::Writer => Ok(()),
+        quiver_storage::StoreAccess::Follower => Err(ApiError::classified(
             &quiver_storage::StorageError::QueryNode {
                 what: "token changes",
             },

@@ -13,11 +13,11 @@ mod configure;
 mod console;
 mod error;
 pub mod format;
-mod influxql;
 pub mod metrics;
 mod params;
 mod queries;
 mod query;
+mod query_v1;
 mod rollup;
 mod storage;
 mod value_caches;
@@ -110,7 +110,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/v3/query_influxql",
             get(query::query_influxql_get).post(query::query_influxql_post),
         )
-        .route("/query", get(influxql::query_v1).post(influxql::query_v1))
+        .route("/query", get(query_v1::query_v1).post(query_v1::query_v1))
         .route("/metrics", get(metrics::scrape))
         .route("/api/v3/queries", get(queries::list))
         .route("/api/v3/queries/{id}", delete(queries::kill))
@@ -136,7 +136,11 @@ async fn health(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> impl IntoResponse {
     let store = &state.store;
-    let role = store.role().name();
+    // the `role` a server with this store has
+    let role = match store.access() {
+        quiver_storage::StoreAccess::Writer => "all",
+        quiver_storage::StoreAccess::Follower => "query",
+    };
     let mut body = serde_json::json!({
         "status": "pass",
         "version": env!("CARGO_PKG_VERSION"),

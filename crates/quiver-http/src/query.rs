@@ -28,7 +28,7 @@ use axum::Extension;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 use quiver_auth::Caller;
-use quiver_cache::{AnswerBody, CachedAnswer, QueryRequest, Run};
+use quiver_cache::{AnswerBody, CachedAnswer, QueryInvocation, QueryRequest};
 use quiver_query::{QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryOutput, QueryParams};
 use serde::Deserialize;
@@ -209,8 +209,8 @@ async fn run(
                     "InfluxQL statements take no \"params\" (bound parameters are SQL's)",
                 ));
             }
-            let statement = crate::influxql::single_statement(&app, &query.sql)?;
-            let how = Run {
+            let statement = crate::query_v1::single_statement(&app, &query.sql)?;
+            let how = QueryInvocation {
                 scope: &query.scope,
                 no_cache: query.no_cache,
                 control: &query.control,

@@ -2,7 +2,7 @@
 //! (backfilled in the background; answered at once with its state), `GET` lists them
 //! (`?db=` for one database's) with their state, rows, bytes and lag, and
 //! `DELETE ?db=&name=` drops one. A statement a rollup cannot keep exactly is a 400 saying
-//! why. Queries use rollups without naming them ([`quiver_query::Rollups`]).
+//! why. Queries use rollups without naming them ([`quiver_query::RollupRouter`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;

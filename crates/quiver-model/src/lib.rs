@@ -9,6 +9,7 @@
 //!
 //! [`DecodedTable`]: schema::DecodedTable
 
+pub mod durable_fs;
 mod error;
 pub mod machine;
 pub mod schema;

@@ -40,7 +40,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use quiver_auth::{Authenticator, Caller};
-use quiver_cache::{AnswerBody, CachedAnswer, QueryService, Run};
+use quiver_cache::{AnswerBody, CachedAnswer, QueryInvocation, QueryService};
 use quiver_query::statement_limits::parse_bounded;
 use quiver_query::{GrantChecks, QueryControl, QueryProtocol};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
@@ -389,7 +389,7 @@ impl PgHandler {
             skip_rollups: !session.settings.use_rollups(),
             distributed: session.settings.distributed(),
         };
-        let how = Run {
+        let how = QueryInvocation {
             scope: session.caller.scope(),
             no_cache: false,
             control: &control,

@@ -42,7 +42,7 @@ use crate::options::QueryOptions;
 use crate::params::QueryParams;
 use crate::plan_cache::{PlanCache, PlanCacheStats, PlanSlot, ScansRead};
 use crate::reuse::{PartReuse, PartsReuseRule};
-use crate::rollup::{Maintainer, RollupRouteRule, Rollups, RoutingNotes};
+use crate::rollup::{Maintainer, RollupRouteRule, RollupRouter, RoutingNotes};
 use crate::sql_catalog::QuiverCatalog;
 use crate::time_order_limit::TimeOrderLimitRule;
 use crate::value_cache_functions::{ValueCacheFunction, VALUE_CACHE_FUNCTIONS};
@@ -71,7 +71,7 @@ pub struct QueryEngine {
     /// Optimized plans of repeated statements.
     plans: PlanCache,
     /// The rollups' definitions, and the task keeping them up to date.
-    rollups: Arc<Rollups>,
+    rollups: Arc<RollupRouter>,
     _maintainer: Maintainer,
 }
 
@@ -119,7 +119,7 @@ impl QueryEngine {
             settings.execution.time_zone, settings.sql_parser.enable_ident_normalization
         );
         let plans = PlanCache::new(&store);
-        let rollups = Arc::new(Rollups::new(
+        let rollups = Arc::new(RollupRouter::new(
             store.clone(),
             session_config(&options),
             runtime.clone(),
@@ -501,7 +501,7 @@ impl QueryEngine {
     }
 
     /// The rollups: created, listed and dropped through here.
-    pub fn rollups(&self) -> &Arc<Rollups> {
+    pub fn rollups(&self) -> &Arc<RollupRouter> {
         &self.rollups
     }
 

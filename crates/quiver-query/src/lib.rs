@@ -39,5 +39,5 @@ pub use quiver_distributed::Distributed;
 pub use quiver_exec::dedup_exec::DeduplicateExec;
 pub use quiver_governance::context::{QueryControl, QueryOutput, QueryProtocol};
 pub use quiver_governance::{self as governance, statement_limits};
-pub use rollup::{RollupError, RollupInfo, Rollups};
+pub use rollup::{RollupError, RollupInfo, RollupRouter};
 pub use sql_catalog::QuiverCatalog;

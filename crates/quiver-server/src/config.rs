@@ -14,7 +14,7 @@ use quiver_auth::AuthSettings;
 use quiver_cache::CacheConfig;
 use quiver_model::RequestLimits;
 use quiver_query::QueryOptions;
-use quiver_storage::{StoreLimits, StoreOptions};
+use quiver_storage::{StoreAccess, StoreLimits, StoreOptions};
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
@@ -44,6 +44,8 @@ pub struct Config {
     pub log_filter: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// What this server is.
+    pub role: Role,
     /// The data directory, the WAL and persistence.
     #[serde(flatten)]
     pub store: StoreOptions,
@@ -86,12 +88,51 @@ impl Default for Config {
             tls_key_file: PathBuf::new(),
             log_filter: "info".into(),
             log_format: LogFormat::Text,
+            role: Role::All,
             store: StoreOptions::default(),
             limits: StoreLimits::default(),
             requests: RequestLimits::default(),
             query: QueryOptions::default(),
             cache: CacheConfig::default(),
             auth: AuthSettings::default(),
+        }
+    }
+}
+
+/// What a server does: the `role` setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Writes (WAL, persistence, compaction, retention) and queries: the one writer.
+    #[default]
+    All,
+    /// Queries only, over the writer's `object_store_url`: no WAL; follows the writer's
+    /// catalog.
+    Query,
+    /// DataFusion Ballista's scheduler of distributed queries (it opens no store).
+    Scheduler,
+    /// A DataFusion Ballista executor: runs distributed queries' tasks over the writer's
+    /// `object_store_url` (it opens no store: it reads the files the tasks name).
+    Executor,
+}
+
+impl Role {
+    /// The role's name, as the `role` setting spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Query => "query",
+            Role::Scheduler => "scheduler",
+            Role::Executor => "executor",
+        }
+    }
+
+    /// How a server of this role opens its store (`None`: it opens none).
+    pub fn store_access(self) -> Option<StoreAccess> {
+        match self {
+            Role::All => Some(StoreAccess::Writer),
+            Role::Query => Some(StoreAccess::Follower),
+            Role::Scheduler | Role::Executor => None,
         }
     }
 }

@@ -14,11 +14,11 @@ use quiver_flight::{GrpcMetricsLayer, QuiverFlightService, QuiverFlightSql};
 use quiver_http::{self as http, AppState};
 use quiver_pgwire::{PgServer, PostgresCatalog};
 use quiver_query::QueryEngine;
-use quiver_storage::Store;
+use quiver_storage::{Store, StoreOptions};
 use quiver_tls::{Protocol, ServerTls, TlsIncoming};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, LogFormat, Role};
 use crate::token_sharing;
 
 /// Why the server could not start or stopped with an error.
@@ -67,11 +67,11 @@ async fn serve_cluster_role(config: &Config) -> Result<(), ServeError> {
     if url.is_empty() {
         return Err(ServeError::Config(format!(
             "role = {} works on the files of object_store_url: set it to the writer's",
-            config.store.role.name()
+            config.role.name()
         )));
     }
     let files = quiver_storage::shared_files(url)?;
-    if config.store.role == quiver_storage::Role::Scheduler {
+    if config.role == Role::Scheduler {
         return Ok(run_scheduler(&config.query.scheduler_addr, files, shutdown_signal()).await?);
     }
     let settings = ExecutorSettings {
@@ -119,14 +119,15 @@ fn init_logging(config: &Config) -> Result<(), ServeError> {
 }
 
 async fn serve(config: Config) -> Result<(), ServeError> {
-    match config.store.role {
-        quiver_storage::Role::Scheduler | quiver_storage::Role::Executor => {
-            return serve_cluster_role(&config).await
-        }
-        quiver_storage::Role::All | quiver_storage::Role::Query => {}
-    }
+    let Some(access) = config.role.store_access() else {
+        return serve_cluster_role(&config).await;
+    };
     let started = std::time::Instant::now();
-    let (store, opened) = Store::open(config.limits.clone(), config.store.clone())?;
+    let store_options = StoreOptions {
+        access,
+        ..config.store.clone()
+    };
+    let (store, opened) = Store::open(config.limits.clone(), store_options)?;
     tracing::info!(
         parquet_files = opened.files,
         persisted_through_seq = opened.persisted_through_seq,
@@ -175,7 +176,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     token_sharing::take_over_before_serving(&store, data_dir)
         .map_err(|e| ServeError::Config(format!("cannot take over the writer's tokens: {e}")))?;
     let auth = start_auth(&config, data_dir)?;
-    token_sharing::start(store.clone(), auth.tokens().clone())
+    let token_sharing = token_sharing::start(store.clone(), auth.tokens().clone())
         .map_err(io_error("cannot start sharing the tokens".to_string()))?;
     let tls = start_tls(&config)?;
     let metrics = http::metrics::install().map_err(ServeError::Config)?;
@@ -291,6 +292,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     let (http, flight, ()) = tokio::join!(http, flight, postgres);
     http.map_err(io_error("HTTP server failed"))?;
     flight.map_err(io_error("Arrow Flight SQL server failed"))?;
+    token_sharing.stop();
     store.close();
     if let Some(wal) = store.wal_stats() {
         tracing::info!(

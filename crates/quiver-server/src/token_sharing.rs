@@ -5,11 +5,11 @@
 //! or stops working on every query node within about two intervals.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use quiver_auth::TokenStore;
-use quiver_storage::{Role, Store};
+use quiver_storage::{Store, StoreAccess};
 
 /// How often the token file is published (writer) or taken over (query node).
 pub const SHARE_INTERVAL: Duration = Duration::from_secs(1);
@@ -26,8 +26,8 @@ pub struct TokenSharing {
 impl TokenSharing {
     /// Publishes the writer's tokens, or takes them over on a query node, if they changed.
     pub fn share(&mut self, store: &Store, tokens: &TokenStore) -> Result<(), String> {
-        match store.role() {
-            Role::All => {
+        match store.access() {
+            StoreAccess::Writer => {
                 let bytes = tokens.export().map_err(|e| e.to_string())?;
                 if self.last.as_ref() != Some(&bytes) {
                     store
@@ -36,7 +36,7 @@ impl TokenSharing {
                     self.last = Some(bytes);
                 }
             }
-            Role::Query => {
+            StoreAccess::Follower => {
                 let Some(bytes) = store.published(SHARED_TOKENS).map_err(|e| e.to_string())? else {
                     return Ok(());
                 };
@@ -47,8 +47,6 @@ impl TokenSharing {
                     self.last = Some(bytes.to_vec());
                 }
             }
-            // a scheduler or an executor opens no store (and takes no tokens)
-            Role::Scheduler | Role::Executor => {}
         }
         Ok(())
     }
@@ -57,29 +55,59 @@ impl TokenSharing {
 /// On a query node, takes over the writer's tokens in `data_dir` before the node serves (so
 /// `auth = required` finds them); nothing to do on the writer or without a shared store.
 pub fn take_over_before_serving(store: &Store, data_dir: &Path) -> Result<(), String> {
-    if store.role() != Role::Query {
+    if store.access() != StoreAccess::Follower {
         return Ok(());
     }
     let tokens = TokenStore::open(data_dir).map_err(|e| e.to_string())?;
     TokenSharing::default().share(store, &tokens)
 }
 
-/// Shares the tokens every [`SHARE_INTERVAL`] on a thread of its own, while the process runs
-/// (a failure is logged and tried again); nothing to do without a shared store.
-pub fn start(store: Arc<Store>, tokens: Arc<TokenStore>) -> std::io::Result<()> {
-    if !store.shares_data() {
-        return Ok(());
+/// The thread that shares the tokens; [`SharingThread::stop`] ends it.
+#[derive(Default)]
+pub struct SharingThread {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SharingThread {
+    /// Ends the sharing (after a share under way) and waits for the thread.
+    pub fn stop(mut self) {
+        *self.stop.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.stop.1.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
-    std::thread::Builder::new()
+}
+
+/// Shares the tokens every [`SHARE_INTERVAL`] on a thread of its own until stopped (a
+/// failure is logged and tried again); nothing to do without a shared store.
+pub fn start(store: Arc<Store>, tokens: Arc<TokenStore>) -> std::io::Result<SharingThread> {
+    if !store.shares_data() {
+        return Ok(SharingThread::default());
+    }
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let stopped = stop.clone();
+    let thread = std::thread::Builder::new()
         .name("quiver-tokens".into())
         .spawn(move || {
             let mut sharing = TokenSharing::default();
+            let (flag, wake) = &*stopped;
             loop {
                 if let Err(e) = sharing.share(&store, &tokens) {
                     tracing::warn!(error = %e, "could not share the tokens through the object store");
                 }
-                std::thread::sleep(SHARE_INTERVAL);
+                let stopping = flag.lock().unwrap_or_else(PoisonError::into_inner);
+                let (stopping, _) = wake
+                    .wait_timeout_while(stopping, SHARE_INTERVAL, |stop| !*stop)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if *stopping {
+                    return;
+                }
             }
-        })
-        .map(|_| ())
+        })?;
+    Ok(SharingThread {
+        stop,
+        thread: Some(thread),
+    })
 }

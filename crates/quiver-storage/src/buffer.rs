@@ -11,7 +11,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex, RwLock};
 use quiver_wal::Apply;
 
-use crate::rollup_registry::RollupRegistry;
+use crate::rollup_states::RollupStates;
 use crate::table::{self, PreparedRows, Table};
 
 /// State shared by writers, the WAL's commit thread (which applies durable writes) and the
@@ -39,7 +39,7 @@ pub(crate) struct Buffer {
     /// them, by database name.
     pub(crate) dropping: Mutex<Vec<(String, Arc<Table>)>>,
     /// The rollups, told about every applied write and drop (before the listeners).
-    pub(crate) rollups: Arc<RollupRegistry>,
+    pub(crate) rollups: Arc<RollupStates>,
 }
 
 /// What the WAL's commit thread makes visible once a record is durable.
@@ -91,7 +91,7 @@ pub(crate) struct PersisterSignal {
 }
 
 impl Buffer {
-    pub(crate) fn new(persist_bytes: usize, rollups: Arc<RollupRegistry>) -> Self {
+    pub(crate) fn new(persist_bytes: usize, rollups: Arc<RollupStates>) -> Self {
         Buffer {
             gate: Mutex::new(Applied::default()),
             bytes: AtomicUsize::new(0),

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use quiver_model::durable_fs::TEMP_SUFFIX;
 use quiver_model::schema::{ColumnType, FieldType};
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,8 @@ use crate::data_store::DataStore;
 use crate::error::StorageError;
 use crate::file_entry::FileEntry;
 use crate::retention::RetentionPeriod;
+use crate::rollup::RollupDefinition;
+use crate::value_caches::ValueCache;
 
 /// The catalog file's name inside the data directory.
 pub const CATALOG_FILE: &str = "catalog.json";
@@ -49,6 +52,13 @@ pub struct CatalogState {
     pub next_table_id: u64,
     /// Databases by name.
     pub databases: BTreeMap<String, DatabaseEntry>,
+    /// The last-value and distinct-value caches configured (their settings: their values
+    /// are the tables' own rows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value_caches: Vec<ValueCache>,
+    /// The rollups' definitions, in creation order (their kept rows are each node's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollups: Vec<RollupDefinition>,
 }
 
 /// One database in the catalog.
@@ -259,7 +269,7 @@ pub fn sweep(data: &DataStore, current: u64) -> Result<(), StorageError> {
             let ours = [CATALOG_FILE, crate::VALUE_CACHES_FILE]
                 .iter()
                 .any(|file| name.starts_with(&format!("{file}.")));
-            if ours && name.ends_with(crate::durable_fs::TEMP_SUFFIX) {
+            if ours && name.ends_with(TEMP_SUFFIX) {
                 data.delete(meta.location.as_ref())?;
             }
         }
@@ -270,7 +280,7 @@ pub fn sweep(data: &DataStore, current: u64) -> Result<(), StorageError> {
         let name = meta.location.filename().unwrap_or_default();
         let old = match name.strip_suffix(".json").map(str::parse::<u64>) {
             Some(Ok(version)) => version < oldest_kept,
-            _ => name.ends_with(crate::durable_fs::TEMP_SUFFIX),
+            _ => name.ends_with(TEMP_SUFFIX),
         };
         if old {
             if let Err(e) = data.delete(meta.location.as_ref()) {

@@ -27,8 +27,8 @@ use object_store::{
     BackoffConfig, ClientConfigKey, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
     PutPayload, RetryConfig,
 };
+use quiver_model::durable_fs::{create_dir_durably, create_durably, replace_durably, Access};
 
-use crate::durable_fs;
 use crate::file_entry::FileEntry;
 use crate::StorageError;
 
@@ -95,7 +95,7 @@ impl DataStore {
                     "a file:// URL names an absolute directory, as file:///srv/quiver".into(),
                 ));
             }
-            durable_fs::create_dir_durably(dir)?;
+            create_dir_durably(dir)?;
             let dir = std::fs::canonicalize(dir).map_err(|e| StorageError::io(dir, e))?;
             return Ok(DataStore {
                 shared: true,
@@ -192,27 +192,26 @@ impl DataStore {
         if let Some(dir) = &self.local_dir {
             let file = dir.join(path);
             if create {
-                return durable_fs::create_durably(&file, &bytes).map_err(|e| match e {
-                    StorageError::Io { source, .. }
-                        if source.kind() == std::io::ErrorKind::AlreadyExists =>
-                    {
-                        self.failed(
+                return create_durably(&file, &bytes).map_err(|e| {
+                    match e.source.kind() == std::io::ErrorKind::AlreadyExists {
+                        true => self.failed(
                             path,
                             object_store::Error::AlreadyExists {
                                 path: path.to_string(),
-                                source: source.into(),
+                                source: e.source.into(),
                             },
-                        )
+                        ),
+                        false => e.into(),
                     }
-                    other => other,
                 });
             }
             let (parent, name) = (
                 file.parent().expect("a parent"),
                 file.file_name().expect("a name"),
             );
-            durable_fs::create_dir_durably(parent)?;
-            return durable_fs::replace_durably(parent, &name.to_string_lossy(), &bytes);
+            create_dir_durably(parent)?;
+            let name = name.to_string_lossy();
+            return Ok(replace_durably(parent, &name, &bytes, Access::Default)?);
         }
         let mode = if create {
             PutMode::Create

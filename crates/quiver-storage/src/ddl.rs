@@ -8,6 +8,7 @@ use std::sync::Arc;
 use quiver_wal::Durability;
 
 use crate::buffer::{Change, Dropped};
+use crate::catalog::CatalogState;
 use crate::database::Database;
 use crate::error::StorageError;
 use crate::limits::{validate_database_name, validate_table_name};
@@ -137,7 +138,14 @@ impl Store {
             });
         }
         let created_seq = self.buffer.gate.lock().seq;
-        self.rollups.create(definition, created_seq)
+        let state = self.rollups.create(definition.clone(), created_seq)?;
+        // the catalog names it last: a rollup the catalog names has its state
+        if let Err(e) = self.record_in_catalog(|catalog| catalog.rollups.push(definition), || {}) {
+            let d = state.definition();
+            let _ = self.rollups.remove(&d.database, &d.name);
+            return Err(e);
+        }
+        Ok(state)
     }
 
     /// Configures a last-value or distinct-value cache, durably, after checking that its
@@ -153,7 +161,8 @@ impl Store {
             })?;
         validate_table_name(&cache.name)?;
         value_caches::check_columns(&cache, &table.columns())?;
-        self.value_caches.create(cache)
+        let caches = self.value_caches.with_created(cache)?;
+        self.record_value_caches(caches)
     }
 
     /// Removes a last-value (`kind_name` `last`) or distinct-value (`distinct`) cache.
@@ -166,7 +175,22 @@ impl Store {
     ) -> Result<(), StorageError> {
         self.writable("cache changes")?;
         let _ddl = self.ddl.lock();
-        self.value_caches.remove(kind_name, db, table, name)
+        let caches = self
+            .value_caches
+            .retained(|c| !c.is(kind_name, db, table, Some(name)))
+            .ok_or_else(|| StorageError::NotFound {
+                what: format!("{kind_name} cache {name:?} of table {table:?} in database {db:?}"),
+            })?;
+        self.record_value_caches(caches)
+    }
+
+    /// Makes `caches` the configured caches, in the catalog first.
+    pub(crate) fn record_value_caches(&self, caches: Vec<ValueCache>) -> Result<(), StorageError> {
+        let stored = caches.clone();
+        self.record_in_catalog(
+            |state| state.value_caches = stored,
+            || self.value_caches.replace(caches),
+        )
     }
 
     /// Drops rollup `name` of `database` and deletes its files (its base table keeps its
@@ -174,7 +198,33 @@ impl Store {
     pub fn drop_rollup(&self, database: &str, name: &str) -> Result<(), StorageError> {
         self.writable("rollup changes")?;
         let _ddl = self.ddl.lock();
+        if self.rollups.get(database, name).is_none() {
+            return Err(StorageError::NotFound {
+                what: format!("rollup {name:?} in database {database:?}"),
+            });
+        }
+        // out of the catalog first: a rollup the catalog no longer names is gone after a
+        // crash, its files too
+        self.record_in_catalog(
+            |catalog| {
+                catalog
+                    .rollups
+                    .retain(|d| d.database != database || d.name != name)
+            },
+            || {},
+        )?;
         self.rollups.remove(database, name)
+    }
+
+    /// Makes the catalog's rollup definitions the rollups there are (after drops of tables
+    /// took theirs, and at start-up), if they differ.
+    pub(crate) fn record_rollups(&self) -> Result<(), StorageError> {
+        let definitions = self.rollups.definitions();
+        let recorded = self.catalog().map(|c| c.rollups).unwrap_or_default();
+        if recorded == definitions {
+            return Ok(());
+        }
+        self.record_in_catalog(|catalog| catalog.rollups = definitions, || {})
     }
 
     /// Writes `name`'s retention setting to the catalog, then runs `stored`.
@@ -184,14 +234,24 @@ impl Store {
         retention: Option<RetentionPeriod>,
         stored: impl FnOnce(),
     ) -> Result<(), StorageError> {
+        self.record_in_catalog(
+            |state| {
+                let entry = state.databases.entry(name.to_string()).or_default();
+                entry.retention_period = retention;
+            },
+            stored,
+        )
+    }
+
+    /// Makes `change` to the catalog through its one writer, then runs `stored` (at once in
+    /// a store without a catalog).
+    fn record_in_catalog(
+        &self,
+        change: impl FnOnce(&mut CatalogState),
+        stored: impl FnOnce(),
+    ) -> Result<(), StorageError> {
         match &self.persister {
-            Some(persister) => persister.configure(
-                |state| {
-                    let entry = state.databases.entry(name.to_string()).or_default();
-                    entry.retention_period = retention;
-                },
-                stored,
-            ),
+            Some(persister) => persister.configure(change, stored),
             None => {
                 stored();
                 Ok(())
@@ -241,11 +301,15 @@ impl Store {
             futures::executor::block_on(logged)?;
         }
         // a table created again starts without the old one's caches
-        self.value_caches.forget_missing(|database, table| {
-            self.database(database)
-                .and_then(|db| db.table(table))
+        let kept = self.value_caches.retained(|c| {
+            self.database(&c.db)
+                .and_then(|db| db.table(&c.table))
                 .is_some()
-        })?;
+        });
+        if let Some(caches) = kept {
+            self.record_value_caches(caches)?;
+        }
+        self.record_rollups()?;
         if let Some(persister) = &self.persister {
             // puts the drop into the catalog and frees the files
             if let Err(e) = persister.persist_now() {

@@ -219,6 +219,15 @@ impl StorageError {
     }
 }
 
+impl From<quiver_model::durable_fs::DurableFsError> for StorageError {
+    fn from(e: quiver_model::durable_fs::DurableFsError) -> Self {
+        StorageError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 impl Classify for StorageError {
     fn kind(&self) -> ErrorKind {
         match self {

@@ -3,7 +3,10 @@
 //! lists the store's `catalog/` every [`FOLLOW_INTERVAL`] and applies each newer version:
 //! tables whose catalog entry changed get a new version (from this process's counter, so
 //! the caches above never mistake the new files for the old), unchanged tables keep theirs
-//! and their cached answers, dropped ones go.
+//! and their cached answers, dropped ones go. The catalog's last-value and distinct-value
+//! caches and rollup definitions are applied with it: a rollup new to the node starts with
+//! everything pending, and the time ranges of files a table gained or lost are pending again
+//! in its rollups (the engine recomputes them from the shared files, as the writer does).
 //!
 //! A query node must not answer from a catalog it cannot know to be current: while the
 //! newest version cannot be read (a garbage object) or the store has not answered for
@@ -15,13 +18,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::catalog::{self, CatalogState, DataDirLock};
+use crate::catalog::{self, CatalogState, DataDirLock, TableEntry};
 use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::database::{Database, DatabaseMap};
 use crate::limits::StoreLimits;
 use crate::retention::RetentionPeriod;
+use crate::rollup_states::RollupStates;
 use crate::table::{next_version, ParquetFile, Table};
+use crate::value_caches::ValueCaches;
 use crate::StorageError;
 
 /// How often a query node looks for a new catalog version.
@@ -43,6 +48,32 @@ pub struct FollowStats {
     pub error: Option<String>,
 }
 
+/// What a follower keeps current for the store it serves.
+pub(crate) struct FollowedState {
+    /// The databases and their tables.
+    pub(crate) databases: Arc<RwLock<DatabaseMap>>,
+    /// The chunk cache (told about files that are gone).
+    pub(crate) chunk_cache: Arc<ChunkCache>,
+    /// The configured last-value and distinct-value caches.
+    pub(crate) value_caches: Arc<ValueCaches>,
+    /// The rollups.
+    pub(crate) rollups: Arc<RollupStates>,
+}
+
+/// The time ranges of the files in one of `before` and `after` (a table's entries in two
+/// catalogs) but not the other.
+fn changed_files<'a>(
+    before: Option<&'a TableEntry>,
+    after: Option<&'a TableEntry>,
+) -> impl Iterator<Item = (i64, i64)> + 'a {
+    let files = |entry: Option<&'a TableEntry>| entry.into_iter().flat_map(|t| t.files.iter());
+    let in_before: HashSet<&str> = files(before).map(|f| f.path.as_str()).collect();
+    let in_after: HashSet<&str> = files(after).map(|f| f.path.as_str()).collect();
+    let gained = files(after).filter(move |f| !in_before.contains(f.path.as_str()));
+    let lost = files(before).filter(move |f| !in_after.contains(f.path.as_str()));
+    gained.chain(lost).map(|f| (f.min_time_ns, f.max_time_ns))
+}
+
 /// Follows the shared store's catalog for a query node (see the module documentation).
 pub(crate) struct Follower {
     data: DataStore,
@@ -50,6 +81,10 @@ pub(crate) struct Follower {
     default_retention: RetentionPeriod,
     databases: Arc<RwLock<DatabaseMap>>,
     chunk_cache: Arc<ChunkCache>,
+    /// The catalog's last-value and distinct-value caches, as applied.
+    value_caches: Arc<ValueCaches>,
+    /// The catalog's rollups, kept in memory.
+    rollups: Arc<RollupStates>,
     /// The catalog applied.
     applied: Mutex<CatalogState>,
     status: Mutex<Status>,
@@ -74,19 +109,28 @@ impl Follower {
     pub(crate) fn load(
         data: DataStore,
         (limits, default_retention, lock): (StoreLimits, RetentionPeriod, DataDirLock),
-        shared: (Arc<RwLock<DatabaseMap>>, Arc<ChunkCache>),
+        shared: FollowedState,
     ) -> Result<Arc<Self>, StorageError> {
-        let (databases, chunk_cache) = shared;
+        let FollowedState {
+            databases,
+            chunk_cache,
+            value_caches,
+            rollups,
+        } = shared;
         let state = catalog::load(&data)?;
         let (restored, _) =
             crate::database::restore_databases(&state, &limits, default_retention, None)?;
         *databases.write() = restored;
+        value_caches.replace(state.value_caches.clone());
+        rollups.follow(&state.rollups);
         Ok(Arc::new(Follower {
             data,
             limits,
             default_retention,
             databases,
             chunk_cache,
+            value_caches,
+            rollups,
             applied: Mutex::new(state),
             status: Mutex::new(Status {
                 last_answer: Instant::now(),
@@ -171,6 +215,8 @@ impl Follower {
         let mut databases = self.databases.write();
         let mut next: DatabaseMap = BTreeMap::new();
         let mut kept_files: HashSet<&str> = HashSet::new();
+        // (database, table, min, max) of every file a table gained or lost
+        let mut changed_ranges = Vec::new();
         for (name, entry) in &state.databases {
             let db = databases.get(name).cloned().unwrap_or_else(|| {
                 Arc::new(Database::new(
@@ -187,7 +233,14 @@ impl Follower {
             let mut tables = BTreeMap::new();
             for (table_name, table) in &entry.tables {
                 kept_files.extend(table.files.iter().map(|f| f.path.as_str()));
-                let unchanged = before.and_then(|b| b.tables.get(table_name)) == Some(table);
+                let was = before.and_then(|b| b.tables.get(table_name));
+                let unchanged = was == Some(table);
+                if !unchanged {
+                    changed_ranges.extend(
+                        changed_files(was, Some(table))
+                            .map(|(min, max)| (name.as_str(), table_name.as_str(), min, max)),
+                    );
+                }
                 let live = db.table(table_name).filter(|_| unchanged);
                 let live = match live {
                     Some(live) => live,
@@ -221,6 +274,11 @@ impl Follower {
         self.chunk_cache.forget_files(gone);
         *databases = next;
         drop(databases);
+        self.value_caches.replace(state.value_caches.clone());
+        self.rollups.follow(&state.rollups);
+        for (database, table, min, max) in changed_ranges {
+            self.rollups.mark_changed(database, table, min, max);
+        }
         *applied = state;
         Ok(())
     }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use super::store_tests::{all_rows, write};
 use super::*;
 
-fn options(dir: &Path, name: &str, shared: &Path, role: Role) -> StoreOptions {
+fn options(dir: &Path, name: &str, shared: &Path, access: StoreAccess) -> StoreOptions {
     StoreOptions {
         object_store_url: format!("file://{}", shared.display()),
-        role,
+        access,
         ..StoreOptions::for_tests(&dir.join(name))
     }
 }
@@ -31,10 +31,10 @@ fn version(store: &Store, db: &str, table: &str) -> Option<u64> {
 fn a_query_node_follows_persists_and_moves_only_the_versions_of_changed_tables() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("shared");
-    let writer = open(options(dir.path(), "writer", &shared, Role::All));
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
     write(&writer, "m", "cpu,host=a v=1 1\nmem,host=a free=2i 1");
     writer.persist_now().unwrap();
-    let node = open(options(dir.path(), "node", &shared, Role::Query));
+    let node = open(options(dir.path(), "node", &shared, StoreAccess::Follower));
     assert_eq!(all_rows(&node, "m", "cpu").num_rows(), 1);
     let (cpu, mem) = (version(&node, "m", "cpu"), version(&node, "m", "mem"));
 
@@ -84,10 +84,10 @@ fn a_query_node_follows_persists_and_moves_only_the_versions_of_changed_tables()
 fn a_garbage_catalog_version_stops_answers_until_it_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("shared");
-    let writer = open(options(dir.path(), "writer", &shared, Role::All));
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
     write(&writer, "m", "cpu,host=a v=1 1");
     writer.persist_now().unwrap();
-    let node = open(options(dir.path(), "node", &shared, Role::Query));
+    let node = open(options(dir.path(), "node", &shared, StoreAccess::Follower));
     let newest = writer.catalog().unwrap().version;
     let garbage = shared.join(catalog::version_object(newest + 1));
     std::fs::write(&garbage, b"{\"format\": 1,").unwrap();
@@ -105,7 +105,7 @@ fn a_garbage_catalog_version_stops_answers_until_it_is_gone() {
 fn a_writer_of_a_shared_store_does_not_start_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("shared");
-    let writer = open(options(dir.path(), "writer", &shared, Role::All));
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
     write(&writer, "m", "cpu,host=a v=1 1");
     writer.persist_now().unwrap();
     writer.close();
@@ -118,7 +118,7 @@ fn a_writer_of_a_shared_store_does_not_start_without_it() {
         "{err}"
     );
     // with it, every row is there (the WAL's and the store's)
-    let writer = open(options(dir.path(), "writer", &shared, Role::All));
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
     assert_eq!(all_rows(&writer, "m", "cpu").num_rows(), 1);
 }
 
@@ -126,9 +126,177 @@ fn a_writer_of_a_shared_store_does_not_start_without_it() {
 fn a_query_node_needs_the_writers_object_store() {
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions {
-        role: Role::Query,
+        access: StoreAccess::Follower,
         ..StoreOptions::for_tests(dir.path())
     };
     let err = Store::open(StoreLimits::default(), options).err().unwrap();
     assert!(err.to_string().contains("set object_store_url"), "{err}");
+}
+
+/// The last-value cache of `m.cpu` keyed by its tags.
+fn last_cache(store: &Store) -> ValueCache {
+    let columns = store.database("m").unwrap().table("cpu").unwrap().columns();
+    ValueCache {
+        db: "m".into(),
+        table: "cpu".into(),
+        name: "cpu_last".into(),
+        kind: ValueCacheKind::last(&columns, None, None, None, None),
+    }
+}
+
+#[test]
+fn a_query_node_serves_the_writers_value_caches_and_follows_their_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
+    write(&writer, "m", "cpu,host=a v=1 1");
+    writer.persist_now().unwrap();
+    let cache = last_cache(&writer);
+    writer.create_value_cache(cache.clone()).unwrap();
+    // configured through the catalog's writer: a node started now has it
+    let node = open(options(dir.path(), "node", &shared, StoreAccess::Follower));
+    assert_eq!(node.value_caches().list(), vec![cache.clone()]);
+    // dropped on the writer: gone on the node with the next catalog it follows
+    writer
+        .drop_value_cache("last", "m", "cpu", "cpu_last")
+        .unwrap();
+    follow(&node);
+    assert!(node.value_caches().list().is_empty());
+    // and configured again
+    writer.create_value_cache(cache.clone()).unwrap();
+    follow(&node);
+    assert_eq!(node.value_caches().list(), vec![cache.clone()]);
+    // the node configures none itself
+    assert!(matches!(
+        node.create_value_cache(cache),
+        Err(StorageError::QueryNode { .. })
+    ));
+}
+
+#[test]
+fn value_caches_kept_in_the_old_file_move_into_the_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = super::store_tests::open(dir.path());
+    write(&store, "m", "cpu,host=a v=1 1");
+    let cache = last_cache(&store);
+    store.close();
+    drop(store);
+    // a data directory of a build that kept the caches beside the catalog
+    let legacy = dir.path().join(VALUE_CACHES_FILE);
+    std::fs::write(&legacy, serde_json::to_vec(&vec![cache.clone()]).unwrap()).unwrap();
+    let (store, _) = super::store_tests::open(dir.path());
+    assert_eq!(store.value_caches().list(), vec![cache.clone()]);
+    assert!(
+        !legacy.exists(),
+        "the old file is deleted once the catalog holds its caches"
+    );
+    assert_eq!(store.catalog().unwrap().value_caches, vec![cache.clone()]);
+    store.close();
+    drop(store);
+    // from the catalog alone after a restart
+    let (store, _) = super::store_tests::open(dir.path());
+    assert_eq!(store.value_caches().list(), vec![cache]);
+    // a garbage old file is refused with its name, not ignored
+    store.close();
+    drop(store);
+    std::fs::write(&legacy, b"{not json").unwrap();
+    let err = Store::open(StoreLimits::default(), StoreOptions::for_tests(dir.path()))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains(VALUE_CACHES_FILE), "{err}");
+}
+
+const MINUTE: i64 = 60_000_000_000;
+
+/// Rollup `r` of `m.cpu`, in 10-minute buckets.
+fn ten_minutes_of_cpu() -> RollupDefinition {
+    RollupDefinition {
+        database: "m".into(),
+        name: "r".into(),
+        table: "cpu".into(),
+        sql: "(the query layer's)".into(),
+        bucket_ns: 10 * MINUTE,
+        origin_ns: 0,
+    }
+}
+
+fn covered(store: &Store, lo: i64, hi: i64) -> Vec<(i64, i64)> {
+    let rollup = store.rollups().get("m", "r").unwrap();
+    rollup
+        .coverage(Some(lo), Some(hi), None)
+        .covered
+        .iter()
+        .collect()
+}
+
+#[test]
+fn a_query_node_keeps_the_writers_rollups_and_marks_what_new_files_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
+    write(&writer, "m", &format!("cpu,host=a v=1 {}", 5 * MINUTE));
+    writer.persist_now().unwrap();
+    writer.create_rollup(ten_minutes_of_cpu()).unwrap();
+    let node = open(options(dir.path(), "node", &shared, StoreAccess::Follower));
+    let rollup = node.rollups().get("m", "r").expect("the catalog's rollup");
+    assert_eq!(rollup.definition(), &ten_minutes_of_cpu());
+    assert!(rollup.dir().is_none(), "a node keeps its rollups in memory");
+    assert!(
+        covered(&node, 0, 40 * MINUTE).is_empty(),
+        "everything pending at first"
+    );
+    // computed on the node (to no rows: storage does not look inside them)
+    while let Some(range) = rollup.next_work(i64::MAX / 2, Some((5 * MINUTE, 5 * MINUTE))) {
+        rollup.install(range, &[], 0).unwrap();
+    }
+    assert_eq!(covered(&node, 0, 40 * MINUTE), vec![(0, 40 * MINUTE)]);
+    // buffered on the writer: nothing changes on the node; persisted: its bucket is pending
+    write(&writer, "m", &format!("cpu,host=a v=2 {}", 25 * MINUTE));
+    follow(&node);
+    assert_eq!(covered(&node, 0, 40 * MINUTE), vec![(0, 40 * MINUTE)]);
+    writer.persist_now().unwrap();
+    follow(&node);
+    assert_eq!(
+        covered(&node, 0, 40 * MINUTE),
+        vec![(0, 20 * MINUTE), (30 * MINUTE, 40 * MINUTE)]
+    );
+    // the node creates and drops none itself
+    assert!(matches!(
+        node.create_rollup(RollupDefinition {
+            name: "other".into(),
+            ..ten_minutes_of_cpu()
+        }),
+        Err(StorageError::QueryNode { .. })
+    ));
+    // dropped on the writer: gone on the node
+    writer.drop_rollup("m", "r").unwrap();
+    follow(&node);
+    assert!(node.rollups().get("m", "r").is_none());
+    assert!(rollup.is_dropped());
+}
+
+#[test]
+fn the_catalog_names_the_rollups_and_a_lost_rollup_directory_is_computed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = super::store_tests::open(dir.path());
+    write(&store, "m", &format!("cpu,host=a v=1 {}", 5 * MINUTE));
+    store.create_rollup(ten_minutes_of_cpu()).unwrap();
+    assert_eq!(store.catalog().unwrap().rollups, vec![ten_minutes_of_cpu()]);
+    store.close();
+    drop(store);
+    // the rollup's directory lost: the catalog still names it, everything pending again
+    std::fs::remove_dir_all(dir.path().join(ROLLUPS_DIR)).unwrap();
+    let (store, _) = super::store_tests::open(dir.path());
+    assert_eq!(
+        store.rollups().get("m", "r").unwrap().definition(),
+        &ten_minutes_of_cpu()
+    );
+    assert!(covered(&store, 0, 40 * MINUTE).is_empty());
+    // a dropped table takes its rollups out of the catalog
+    store.drop_table("m", "cpu").unwrap();
+    assert!(store.catalog().unwrap().rollups.is_empty());
+    store.close();
+    drop(store);
+    let (store, _) = super::store_tests::open(dir.path());
+    assert!(store.rollups().list().is_empty());
 }

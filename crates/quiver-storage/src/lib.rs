@@ -36,7 +36,6 @@ mod database;
 mod ddl;
 mod decoded;
 mod dedup;
-mod durable_fs;
 mod error;
 mod expiry;
 mod file_entry;
@@ -51,7 +50,7 @@ mod persister;
 mod retention;
 mod rollup;
 mod rollup_ranges;
-mod rollup_registry;
+mod rollup_states;
 mod series;
 mod table;
 mod table_rows;
@@ -89,14 +88,14 @@ pub use limits::{
 };
 pub use memory::{data_bytes, retained_bytes};
 pub use open::OpenSummary;
-pub use options::{Role, StoreOptions, WAL_DIR};
+pub use options::{StoreAccess, StoreOptions, WAL_DIR};
 pub use parquet_write::{PersistOptions, TABLES_DIR};
 pub use persister::{PersistStats, PersistSummary};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use retention::RetentionPeriod;
 pub use rollup::{Coverage, RollupDefinition, RollupState, RollupStats};
 pub use rollup_ranges::Ranges;
-pub use rollup_registry::{RollupRegistry, MAX_ROLLUPS_PER_TABLE, ROLLUPS_DIR};
+pub use rollup_states::{RollupStates, MAX_ROLLUPS_PER_TABLE, ROLLUPS_DIR};
 pub use table::{ParquetFile, PreparedRows, Table, TableSnapshot};
 pub use time_versions::VERSION_CHUNK_NS;
 pub use value_caches::{
@@ -138,9 +137,9 @@ pub struct Store {
     /// holding a thread while it waits.
     requested_compaction: Mutex<()>,
     /// The rollups of every table.
-    rollups: Arc<RollupRegistry>,
+    rollups: Arc<RollupStates>,
     /// The last-value and distinct-value caches configured through InfluxDB 3's API.
-    value_caches: ValueCaches,
+    value_caches: Arc<ValueCaches>,
 }
 
 impl Default for Store {
@@ -153,7 +152,7 @@ impl Store {
     /// An empty store that keeps everything in memory only (no WAL, no files): for tests
     /// and tools.
     pub fn new(limits: StoreLimits) -> Self {
-        let rollups = Arc::new(RollupRegistry::default());
+        let rollups = Arc::new(RollupStates::default());
         Store {
             databases: Arc::new(RwLock::new(DatabaseMap::new())),
             limits,
@@ -168,7 +167,7 @@ impl Store {
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
             rollups,
-            value_caches: ValueCaches::default(),
+            value_caches: Arc::default(),
         }
     }
 
@@ -188,11 +187,11 @@ impl Store {
         self.follower.as_ref().map(|f| f.stats())
     }
 
-    /// The role this store was opened with.
-    pub fn role(&self) -> Role {
+    /// Whether this store was opened as the writer or as a follower of its catalog.
+    pub fn access(&self) -> StoreAccess {
         match self.follower {
-            Some(_) => Role::Query,
-            None => Role::All,
+            Some(_) => StoreAccess::Follower,
+            None => StoreAccess::Writer,
         }
     }
 
@@ -369,7 +368,7 @@ impl Store {
     }
 
     /// The rollups of every table.
-    pub fn rollups(&self) -> &Arc<RollupRegistry> {
+    pub fn rollups(&self) -> &Arc<RollupStates> {
         &self.rollups
     }
 

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use quiver_model::durable_fs::{create_dir_durably, replace_durably, Access};
 use quiver_wal::{ReplaySummary, Wal};
 
 use crate::buffer::{ApplyToTables, Buffer, Dropped};
@@ -15,15 +16,14 @@ use crate::catalog::{self, CATALOG_FILE};
 use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::database::{self, DatabaseMap};
-use crate::durable_fs;
 use crate::error::StorageError;
-use crate::follower::Follower;
+use crate::follower::{FollowedState, Follower};
 use crate::limits::StoreLimits;
-use crate::options::{Role, StoreOptions, WAL_DIR};
+use crate::options::{StoreAccess, StoreOptions, WAL_DIR};
 use crate::parquet_write::{self, TABLES_DIR};
 use crate::persister::Persister;
-use crate::rollup_registry::RollupRegistry;
-use crate::value_caches::ValueCaches;
+use crate::rollup_states::RollupStates;
+use crate::value_caches::{self, ValueCache, ValueCaches};
 use crate::wal_record;
 use crate::Store;
 
@@ -68,18 +68,12 @@ impl Store {
         // fsynced by name
         options.data_dir = std::path::absolute(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
-        durable_fs::create_dir_durably(&options.data_dir)?;
+        create_dir_durably(&options.data_dir)?;
         options.data_dir = std::fs::canonicalize(&options.data_dir)
             .map_err(|e| StorageError::io(&options.data_dir, e))?;
         let lock = catalog::DataDirLock::acquire(&options.data_dir)?;
-        if matches!(options.role, Role::Scheduler | Role::Executor) {
-            return Err(StorageError::Catalog(format!(
-                "role = {} opens no store (only all and query do)",
-                options.role.name()
-            )));
-        }
         let data = Self::data_store_of(&options)?;
-        if options.role == Role::Query {
+        if options.access == StoreAccess::Follower {
             return Self::open_query_node(limits, options, data, lock);
         }
         if options.wal.dir.as_os_str().is_empty() {
@@ -98,8 +92,9 @@ impl Store {
         let unnamed = parquet_write::unnamed_files(&listed, &known);
         let persisted = state.persisted_through_seq;
         let databases = Arc::new(RwLock::new(databases));
-        let rollups = Arc::new(RollupRegistry::open(Some(&options.data_dir), &state)?);
-        let value_caches = ValueCaches::open(Some(&options.data_dir))?;
+        let rollups = Arc::new(RollupStates::open(Some(&options.data_dir), &state)?);
+        let value_caches = Arc::new(ValueCaches::new(state.value_caches.clone()));
+        let legacy_value_caches = value_caches::read_legacy_file(&options.data_dir)?;
         let buffer = Arc::new(Buffer::new(options.persist.persist_bytes, rollups.clone()));
         let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
         let persister = Arc::new(Persister::new(
@@ -144,12 +139,18 @@ impl Store {
             ApplyToTables(store.buffer.clone()),
         )?;
         persister.set_wal(log);
+        if let Some(legacy) = legacy_value_caches {
+            store.move_legacy_value_caches(&options.data_dir, legacy)?;
+        }
         store.rollups.forget_missing(|database, table| {
             store
                 .database(database)
                 .and_then(|db| db.table(table))
                 .is_some()
         });
+        // rollups of a data directory that kept them in manifests only, or whose table's drop
+        // the catalog holds now
+        store.record_rollups()?;
         persister.start()?;
         let summary = OpenSummary {
             replay,
@@ -165,7 +166,7 @@ impl Store {
     fn data_store_of(options: &StoreOptions) -> Result<DataStore, StorageError> {
         let marker = options.data_dir.join(OBJECT_STORE_MARKER);
         if options.object_store_url.is_empty() {
-            if options.role == Role::All && marker.exists() {
+            if options.access == StoreAccess::Writer && marker.exists() {
                 // its data is in the object store: a local start would serve none of it
                 let url = std::fs::read_to_string(&marker).unwrap_or_default();
                 return Err(StorageError::Catalog(format!(
@@ -176,7 +177,7 @@ impl Store {
                     marker.display()
                 )));
             }
-            if options.role == Role::Query {
+            if options.access == StoreAccess::Follower {
                 return Err(StorageError::Catalog(
                     "role = query serves the writer's data: set object_store_url to the writer's"
                         .into(),
@@ -184,7 +185,7 @@ impl Store {
             }
             return DataStore::directory(&options.data_dir);
         }
-        if options.role == Role::All {
+        if options.access == StoreAccess::Writer {
             // data kept in the directory would silently vanish from queries
             let local = catalog::load(&DataStore::directory(&options.data_dir)?)?;
             if !local.databases.is_empty() {
@@ -198,12 +199,13 @@ impl Store {
             }
         }
         let data = DataStore::shared(&options.object_store_url)?;
-        if options.role == Role::All {
+        if options.access == StoreAccess::Writer {
             // once the URL is known good: a refused start leaves the directory as it was
-            durable_fs::replace_durably(
+            replace_durably(
                 &options.data_dir,
                 OBJECT_STORE_MARKER,
                 options.object_store_url.as_bytes(),
+                Access::Default,
             )?;
         }
         Ok(data)
@@ -219,12 +221,18 @@ impl Store {
         let default_retention = options.retention_period;
         let databases = Arc::new(RwLock::new(DatabaseMap::new()));
         let chunk_cache = Arc::new(ChunkCache::new(options.chunk_cache_bytes));
+        let value_caches = Arc::new(ValueCaches::default());
+        let rollups = Arc::new(RollupStates::default());
         let follower = Follower::load(
             data.clone(),
             (limits.clone(), default_retention, lock),
-            (databases.clone(), chunk_cache.clone()),
+            FollowedState {
+                databases: databases.clone(),
+                chunk_cache: chunk_cache.clone(),
+                value_caches: value_caches.clone(),
+                rollups: rollups.clone(),
+            },
         )?;
-        let rollups = Arc::new(RollupRegistry::default());
         let store = Arc::new(Store {
             databases,
             limits,
@@ -239,7 +247,7 @@ impl Store {
             ddl: Mutex::new(()),
             requested_compaction: Mutex::new(()),
             rollups,
-            value_caches: ValueCaches::default(),
+            value_caches,
         });
         follower.start()?;
         let catalog = follower.catalog();
@@ -254,6 +262,24 @@ impl Store {
             ..OpenSummary::default()
         };
         Ok((store, summary))
+    }
+
+    /// Moves the caches' settings a data directory kept in `value_caches.json` (before they
+    /// moved into the catalog) into the catalog, and deletes the file. A catalog that holds
+    /// caches already got them from it before a crash kept the file: it is only deleted.
+    fn move_legacy_value_caches(
+        &self,
+        data_dir: &std::path::Path,
+        legacy: Vec<ValueCache>,
+    ) -> Result<(), StorageError> {
+        if self.value_caches.list().is_empty() && !legacy.is_empty() {
+            tracing::info!(
+                caches = legacy.len(),
+                "moved the last-value and distinct-value caches' settings into the catalog"
+            );
+            self.record_value_caches(legacy)?;
+        }
+        value_caches::remove_legacy_file(data_dir)
     }
 
     fn replay_record(&self, seq: u64, payload: &[u8]) -> Result<(), StorageError> {

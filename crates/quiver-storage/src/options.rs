@@ -1,6 +1,6 @@
-//! What a store is opened with: its [`Role`] and [`StoreOptions`] (the server's configuration
-//! keys for where the data lives, the WAL, persistence, compaction, the chunk cache and
-//! retention), and the fixed names and delays of a data directory and a shared store.
+//! What a store is opened with: its [`StoreAccess`] (writer or follower) and [`StoreOptions`]
+//! (the server's configuration keys for where the data lives, the WAL, persistence,
+//! compaction, the chunk cache and retention), and the fixed names and delays of a data directory and a shared store.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,34 +22,16 @@ pub(crate) const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
 /// Where a shared store keeps the documents the writer shares with query nodes (the tokens).
 pub(crate) const SHARED_DIR: &str = "shared";
 
-/// What a server does with its store.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Writes (WAL, persistence, compaction, retention) and queries: the one writer.
+/// How a store is opened: by the one writer of its data, or by a follower of the writer's
+/// catalog. The server derives it from its `role`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreAccess {
+    /// Writes (WAL, persistence, compaction, retention) and reads: the one writer.
     #[default]
-    All,
-    /// Queries only, over the writer's `object_store_url`: no WAL; follows the writer's
+    Writer,
+    /// Reads only, over the writer's `object_store_url`: no WAL; follows the writer's
     /// catalog.
-    Query,
-    /// DataFusion Ballista's scheduler of distributed queries (no store: the server opens
-    /// none).
-    Scheduler,
-    /// A DataFusion Ballista executor: runs distributed queries' tasks over the writer's
-    /// `object_store_url` (no store: it reads the files the tasks name).
-    Executor,
-}
-
-impl Role {
-    /// The role's name, as the `role` setting spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::All => "all",
-            Role::Query => "query",
-            Role::Scheduler => "scheduler",
-            Role::Executor => "executor",
-        }
-    }
+    Follower,
 }
 
 /// Where a durable store keeps its data and when it persists. The serde names are the
@@ -67,10 +49,10 @@ pub struct StoreOptions {
     /// region and credentials from `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`) that query nodes read too. Empty: `data_dir`.
     pub object_store_url: String,
-    /// `all` (the default: the one writer, which also queries), `query` (a query node over
-    /// the writer's `object_store_url`), `scheduler` or `executor` (DataFusion Ballista's,
-    /// for distributed queries: they open no store).
-    pub role: Role,
+    /// Whether this store is the writer or a follower (not a configuration key of its own:
+    /// the server sets it from its `role`).
+    #[serde(skip)]
+    pub access: StoreAccess,
     /// The write-ahead log (in `<data_dir>/wal` unless `wal.dir` names another directory).
     #[serde(flatten)]
     pub wal: WalOptions,
@@ -94,7 +76,7 @@ impl Default for StoreOptions {
         StoreOptions {
             data_dir: PathBuf::from("./quiver-data"),
             object_store_url: String::new(),
-            role: Role::All,
+            access: StoreAccess::Writer,
             wal: WalOptions::default(),
             persist: PersistOptions::default(),
             compaction: CompactionOptions::default(),
@@ -118,7 +100,7 @@ impl StoreOptions {
         StoreOptions {
             data_dir: dir.to_path_buf(),
             object_store_url: String::new(),
-            role: Role::All,
+            access: StoreAccess::Writer,
             wal: WalOptions {
                 segment_bytes: 64 << 10,
                 fsync: false,

@@ -21,13 +21,13 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
+use quiver_model::durable_fs::{create_dir_durably, replace_durably, Access, TEMP_SUFFIX};
 use quiver_model::schema::TIME_COLUMN;
 use serde::{Deserialize, Serialize};
 
 use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::dedup::series_key_and_fields;
-use crate::durable_fs::{create_dir_durably, replace_durably, TEMP_SUFFIX};
 use crate::error::StorageError;
 use crate::file_entry::FileEntry;
 use crate::table::{FrozenRows, ParquetFile};
@@ -314,7 +314,7 @@ fn encode_parquet(
 }
 
 /// Writes `batch` to the local Parquet file `path` with `properties`, replacing any file of
-/// that name, atomically and durably (see [`crate::durable_fs`]); returns its size.
+/// that name, atomically and durably (see [`quiver_model::durable_fs`]); returns its size.
 pub(crate) fn write_parquet_durably(
     path: &Path,
     batch: &RecordBatch,
@@ -324,7 +324,7 @@ pub(crate) fn write_parquet_durably(
     let name = path.file_name().expect("a file path has a name");
     let encoded = encode_parquet(batch, properties)?;
     create_dir_durably(dir)?;
-    replace_durably(dir, &name.to_string_lossy(), &encoded)?;
+    replace_durably(dir, &name.to_string_lossy(), &encoded, Access::Default)?;
     Ok(encoded.len() as u64)
 }
 

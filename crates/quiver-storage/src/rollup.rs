@@ -25,9 +25,9 @@ use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::TimestampNanosecondType;
 use arrow::record_batch::RecordBatchReader;
 use parking_lot::Mutex;
+use quiver_model::durable_fs::{create_dir_durably, replace_durably, Access};
 use serde::{Deserialize, Serialize};
 
-use crate::durable_fs::{create_dir_durably, replace_durably};
 use crate::rollup_ranges::{BucketGrid, Ranges};
 use crate::StorageError;
 
@@ -52,6 +52,13 @@ pub struct RollupDefinition {
     pub bucket_ns: i64,
     /// A bucket boundary (the `date_bin` origin) in nanoseconds since the epoch.
     pub origin_ns: i64,
+}
+
+impl RollupDefinition {
+    /// Whether `other` has this one's database and name (its identity).
+    pub(crate) fn is_named(&self, other: &RollupDefinition) -> bool {
+        self.database == other.database && self.name == other.name
+    }
 }
 
 /// Where a rollup stands, for `GET /api/v3/configure/rollup`.
@@ -530,7 +537,12 @@ impl RollupState {
         create_dir_durably(dir)?;
         let bytes = serde_json::to_vec_pretty(manifest)
             .map_err(|e| StorageError::Catalog(format!("cannot encode a rollup manifest: {e}")))?;
-        replace_durably(dir, MANIFEST_FILE, &bytes)
+        Ok(replace_durably(
+            dir,
+            MANIFEST_FILE,
+            &bytes,
+            Access::Default,
+        )?)
     }
 
     fn remove_file(&self, file: &str) {

@@ -1,21 +1,23 @@
 //! The last-value and distinct-value caches configured through InfluxDB 3's API
-//! (`/api/v3/configure/last_cache`, `/distinct_cache`): their settings, kept durably in
-//! `value_caches.json` so that they outlive a restart. Quiver keeps no separate copy of their
-//! values: each series' newest rows and its tag values are what storage already keeps (see
-//! [`crate::latest_rows`]), so a configured cache only names the columns, the count and the
-//! age its queries use.
+//! (`/api/v3/configure/last_cache`, `/distinct_cache`): their settings, kept in the catalog
+//! (`CatalogState::value_caches`, written by the catalog's one writer) so that they outlive a
+//! restart and query nodes following the catalog serve them like the writer. Quiver keeps no
+//! separate copy of their values: each series' newest rows and its tag values are what
+//! storage already keeps (see [`crate::latest_rows`]), so a configured cache only names the
+//! columns, the count and the age its queries use.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
+use quiver_model::durable_fs::sync_dir;
 use quiver_model::schema::{ColumnType, FieldType};
 
-use crate::durable_fs::replace_durably;
 use crate::StorageError;
 
-/// The file the settings are kept in, inside the data directory.
+/// The file a data directory kept the settings in before they moved into the catalog; a
+/// writer that finds it moves its caches into the catalog and deletes it.
 pub const VALUE_CACHES_FILE: &str = "value_caches.json";
 
 /// One configured cache.
@@ -61,7 +63,7 @@ pub enum ValueCacheKind {
 impl ValueCache {
     /// True if this is the cache of `kind_name` on `table` of `db` called `name` (any name
     /// for `None`).
-    fn is(&self, kind_name: &str, db: &str, table: &str, name: Option<&str>) -> bool {
+    pub(crate) fn is(&self, kind_name: &str, db: &str, table: &str, name: Option<&str>) -> bool {
         self.kind.kind_name() == kind_name
             && self.db == db
             && self.table == table
@@ -217,41 +219,30 @@ fn invalid(reason: String) -> StorageError {
     StorageError::InvalidValueCache { reason }
 }
 
-/// The configured caches of a store.
+/// Every configured cache of a store: the catalog's list, as the writer last stored it or a
+/// query node last followed it. Changes are made by the store: it asks for the changed list
+/// ([`ValueCaches::with_created`], [`ValueCaches::retained`]), stores it in the catalog, then
+/// [`ValueCaches::replace`]s this one.
 #[derive(Debug, Default)]
 pub struct ValueCaches {
-    /// `<data_dir>/value_caches.json`; `None` for a memory-only store.
-    path: Option<PathBuf>,
-    caches: Mutex<Vec<ValueCache>>,
+    caches: RwLock<Vec<ValueCache>>,
 }
 
 impl ValueCaches {
-    /// The caches kept in `data_dir` (none for `None`).
-    pub(crate) fn open(data_dir: Option<&Path>) -> Result<Self, StorageError> {
-        let Some(data_dir) = data_dir else {
-            return Ok(ValueCaches::default());
-        };
-        let path = data_dir.join(VALUE_CACHES_FILE);
-        let caches = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                StorageError::Catalog(format!("{} is not valid: {e}", path.display()))
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(StorageError::io(&path, e)),
-        };
-        Ok(ValueCaches {
-            path: Some(path),
-            caches: Mutex::new(caches),
-        })
+    /// The caches `caches` (the catalog's).
+    pub(crate) fn new(caches: Vec<ValueCache>) -> Self {
+        ValueCaches {
+            caches: RwLock::new(caches),
+        }
     }
 
-    /// Every cache, in creation order.
+    /// Every configured cache.
     pub fn list(&self) -> Vec<ValueCache> {
-        self.caches.lock().clone()
+        self.caches.read().clone()
     }
 
-    /// The cache of `kind_name` (`last` or `distinct`) on `table` called `name`, or the
-    /// table's only one of that kind when `name` is `None`.
+    /// The cache of `kind_name` (`last` or `distinct`) on `table` of `db` called `name`, or
+    /// the only one there for `None` (several: an error asking for the name).
     pub fn find(
         &self,
         kind_name: &str,
@@ -259,7 +250,7 @@ impl ValueCaches {
         table: &str,
         name: Option<&str>,
     ) -> Result<Option<ValueCache>, StorageError> {
-        let caches = self.caches.lock();
+        let caches = self.caches.read();
         let mut matching = caches.iter().filter(|c| c.is(kind_name, db, table, name));
         let first = matching.next().cloned();
         if name.is_none() && matching.next().is_some() {
@@ -270,10 +261,10 @@ impl ValueCaches {
         Ok(first)
     }
 
-    /// Adds `cache`, durably. Fails if its table already has a cache of its kind and name
-    /// (with other settings: a conflict; the same settings: it exists already).
-    pub(crate) fn create(&self, cache: ValueCache) -> Result<(), StorageError> {
-        let mut caches = self.caches.lock();
+    /// The caches with `cache` added; refused if its table has one of its kind and name
+    /// already, or [`MAX_VALUE_CACHES_PER_TABLE`] of its kind.
+    pub(crate) fn with_created(&self, cache: ValueCache) -> Result<Vec<ValueCache>, StorageError> {
+        let caches = self.caches.read();
         let kind_name = cache.kind.kind_name();
         if let Some(existing) = caches
             .iter()
@@ -310,53 +301,41 @@ impl ValueCaches {
         }
         let mut changed = caches.clone();
         changed.push(cache);
-        self.save(&changed)?;
-        *caches = changed;
-        Ok(())
+        Ok(changed)
     }
 
-    /// Removes the cache of `kind_name` on `table` called `name`, durably.
-    pub(crate) fn remove(
-        &self,
-        kind_name: &str,
-        db: &str,
-        table: &str,
-        name: &str,
-    ) -> Result<(), StorageError> {
-        self.retain_durably(|c| !c.is(kind_name, db, table, Some(name)))?
-            .then_some(())
-            .ok_or_else(|| StorageError::NotFound {
-                what: format!("{kind_name} cache {name:?} of table {table:?} in database {db:?}"),
-            })
-    }
-
-    /// Removes the caches of tables that no longer exist (`exists` says), durably.
-    pub(crate) fn forget_missing(
-        &self,
-        exists: impl Fn(&str, &str) -> bool,
-    ) -> Result<(), StorageError> {
-        self.retain_durably(|c| exists(&c.db, &c.table)).map(|_| ())
-    }
-
-    /// Keeps the caches `keep` accepts; true if any went.
-    fn retain_durably(&self, keep: impl Fn(&ValueCache) -> bool) -> Result<bool, StorageError> {
-        let mut caches = self.caches.lock();
+    /// The caches `keep` keeps, or `None` if it keeps them all.
+    pub(crate) fn retained(&self, keep: impl Fn(&ValueCache) -> bool) -> Option<Vec<ValueCache>> {
+        let caches = self.caches.read();
         let kept: Vec<ValueCache> = caches.iter().filter(|c| keep(c)).cloned().collect();
-        if kept.len() == caches.len() {
-            return Ok(false);
-        }
-        self.save(&kept)?;
-        *caches = kept;
-        Ok(true)
+        (kept.len() != caches.len()).then_some(kept)
     }
 
-    fn save(&self, caches: &[ValueCache]) -> Result<(), StorageError> {
-        let Some(path) = &self.path else {
-            return Ok(());
-        };
-        let dir = path.parent().expect("a file in the data directory");
-        let bytes = serde_json::to_vec_pretty(caches)
-            .map_err(|e| StorageError::Catalog(format!("cannot encode the caches: {e}")))?;
-        replace_durably(dir, VALUE_CACHES_FILE, &bytes)
+    /// Makes `caches` the configured caches (once the catalog holds them).
+    pub(crate) fn replace(&self, caches: Vec<ValueCache>) {
+        let mut current = self.caches.write();
+        if *current != caches {
+            *current = caches;
+        }
     }
+}
+
+/// The caches a data directory kept in [`VALUE_CACHES_FILE`] before they moved into the
+/// catalog, if it has the file.
+pub(crate) fn read_legacy_file(data_dir: &Path) -> Result<Option<Vec<ValueCache>>, StorageError> {
+    let path = data_dir.join(VALUE_CACHES_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StorageError::Catalog(format!("{} is not valid: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::io(&path, e)),
+    }
+}
+
+/// Deletes [`VALUE_CACHES_FILE`] (its caches are in the catalog now), durably.
+pub(crate) fn remove_legacy_file(data_dir: &Path) -> Result<(), StorageError> {
+    let path = data_dir.join(VALUE_CACHES_FILE);
+    std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+    Ok(sync_dir(data_dir)?)
 }

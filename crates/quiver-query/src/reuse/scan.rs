@@ -50,7 +50,7 @@ use super::{PartKey, PartReuse, PartRows};
 use crate::plan_cache::ScansRead;
 use crate::provider::{external, note_read, query_now_ns, QuiverTable};
 use crate::rollup::definition::State;
-use crate::rollup::parts::{folded_time_range, time_ranges, RawRows};
+use crate::rollup::partials::{folded_time_range, time_ranges, RawRows};
 
 /// The widths a part may have, in minutes: multiples of storage's version chunk (ten
 /// minutes) that divide a day, so parts line up with days.
@@ -445,10 +445,9 @@ fn part_width(span: i64, bucket_width: Option<i64>, nested: Option<TimeBucket>) 
 
 /// The whole parts of `width` within `[start, end)`, aligned to the epoch.
 fn whole_parts(start: i64, end: i64, width: i64) -> Vec<(i64, i64)> {
-    let mut first = start.div_euclid(width).saturating_mul(width);
-    if first < start {
-        first = first.saturating_add(width);
-    }
+    let Some(first) = TimeBucket::new(width, 0).and_then(|parts| parts.ceil(start)) else {
+        return Vec::new();
+    };
     let mut parts = Vec::new();
     let mut part = first;
     while part <= end.saturating_sub(width) && part.checked_add(width).is_some() {

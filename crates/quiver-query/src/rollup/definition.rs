@@ -1,4 +1,4 @@
-//! A rollup's definition read from its statement ([`RollupSpec::read`]): the base table, the
+//! A rollup's definition read from its statement ([`RollupShape::read`]): the base table, the
 //! time bucket, the tags kept, the tag filter, and the aggregates, each kept as partial
 //! states that merge exactly ([`State`]): sums, counts, minima, maxima, and first / last
 //! values with the time they were seen at. What cannot be kept that way is refused with the
@@ -249,7 +249,7 @@ const NOT_MERGEABLE: &[&str] = &[
 
 /// What a rollup keeps (see the module docs).
 #[derive(Debug)]
-pub(crate) struct RollupSpec {
+pub(crate) struct RollupShape {
     /// The base table.
     pub(crate) table: String,
     /// Its buckets.
@@ -267,7 +267,7 @@ pub(crate) struct RollupSpec {
 /// The shape every rollup has, for error messages.
 const SHAPE: &str = "a rollup is SELECT date_bin(<interval>, time) AS time, <tag columns>, <aggregates> FROM <table> [WHERE <tag predicates>] GROUP BY <the bucket and the tags>";
 
-impl RollupSpec {
+impl RollupShape {
     /// Reads an analysed plan of a rollup's statement; the reason if it is not one a rollup
     /// can keep exactly.
     pub(crate) fn read(plan: &LogicalPlan) -> Result<Self, String> {
@@ -319,7 +319,7 @@ impl RollupSpec {
             return Err(format!("{SHAPE}: name at least one aggregate"));
         }
         let filter = read_filter(filter, &tag_set)?;
-        Ok(RollupSpec {
+        Ok(RollupShape {
             table: table.table().name().to_string(),
             bucket,
             tags,

@@ -17,9 +17,9 @@ use datafusion::prelude::SessionContext;
 use quiver_storage::{Ranges, RollupState, Table};
 use tokio::task::JoinHandle;
 
-use super::definition::RollupSpec;
-use super::parts::time_ranges;
-use super::Rollups;
+use super::definition::RollupShape;
+use super::partials::time_ranges;
+use super::RollupRouter;
 use crate::provider::{external, QuiverTable};
 
 /// How often pending buckets are looked for when nothing wakes the task earlier.
@@ -35,7 +35,7 @@ pub(crate) struct Maintainer(Option<JoinHandle<()>>);
 impl Maintainer {
     /// Starts the task on the current tokio runtime (none outside one: then rollups are
     /// never computed, and queries read raw rows).
-    pub(crate) fn start(rollups: &Arc<Rollups>) -> Self {
+    pub(crate) fn start(rollups: &Arc<RollupRouter>) -> Self {
         let handle = tokio::runtime::Handle::try_current()
             .ok()
             .map(|runtime| runtime.spawn(run(Arc::downgrade(rollups))));
@@ -51,7 +51,7 @@ impl Drop for Maintainer {
     }
 }
 
-async fn run(rollups: Weak<Rollups>) {
+async fn run(rollups: Weak<RollupRouter>) {
     loop {
         let Some(strong) = rollups.upgrade() else {
             return;
@@ -68,7 +68,7 @@ async fn run(rollups: Weak<Rollups>) {
     }
 }
 
-impl Rollups {
+impl RollupRouter {
     /// One pass over every rollup; true if any recomputed something.
     async fn maintain_round(&self) -> bool {
         self.forget_dropped();
@@ -135,7 +135,7 @@ impl Rollups {
     /// [`ROUND_BUDGET`]; true if it recomputed any.
     async fn maintain(
         &self,
-        spec: &RollupSpec,
+        spec: &RollupShape,
         state: &RollupState,
         table: &Arc<Table>,
     ) -> Result<bool> {
@@ -180,7 +180,7 @@ impl Rollups {
         &self,
         database: &str,
         sql: &str,
-    ) -> Result<RollupSpec, super::RollupError> {
+    ) -> Result<RollupShape, super::RollupError> {
         let invalid = |e: DataFusionError| super::RollupError::Invalid(e.strip_backtrace());
         let ctx = self.planning_context(database);
         let state = ctx.state();
@@ -189,7 +189,7 @@ impl Rollups {
             .analyzer()
             .execute_and_check(plan, state.config_options(), |_, _| {})
             .map_err(invalid)?;
-        RollupSpec::read(&analyzed).map_err(super::RollupError::Invalid)
+        RollupShape::read(&analyzed).map_err(super::RollupError::Invalid)
     }
 }
 
@@ -197,7 +197,7 @@ impl Rollups {
 /// session without routing).
 async fn recompute(
     ctx: &SessionContext,
-    spec: &RollupSpec,
+    spec: &RollupShape,
     raw: &QuiverTable,
     range: (i64, i64),
 ) -> Result<Vec<RecordBatch>> {

@@ -7,14 +7,16 @@
 //!   raw rows, in the background; storage ([`quiver_storage::RollupState`]) marks them, keeps
 //!   the rows and makes them durable;
 //! - [`route`] answers aggregates over a base table from its best rollup, reading raw rows
-//!   for what the rollup does not cover ([`parts`]), so answers never change.
+//!   for what the rollup does not cover ([`partials`]), so answers never change.
 //!
-//! [`Rollups`] holds the definitions (storage holds the state) and is what the engine's
-//! management calls (create, list, drop) reach.
+//! [`RollupRouter`] holds each rollup's shape ([`definition::RollupShape`], read from the
+//! definition the catalog records; storage's [`quiver_storage::RollupStates`] holds the kept
+//! rows and what is pending), routes the engine's aggregates to rollups, and is what the
+//! engine's management calls (create, list, drop) reach.
 
 pub(crate) mod definition;
 mod maintain;
-pub(crate) mod parts;
+pub(crate) mod partials;
 pub(crate) mod route;
 
 use std::cell::RefCell;
@@ -33,7 +35,7 @@ use serde::Serialize;
 
 use crate::catalog_names::CATALOG_NAME;
 use crate::sql_catalog::{DatabaseViews, QuiverCatalog};
-pub(crate) use definition::RollupSpec;
+pub(crate) use definition::RollupShape;
 pub(crate) use maintain::Maintainer;
 pub(crate) use route::RollupRouteRule;
 
@@ -118,10 +120,10 @@ pub struct RollupInfo {
     pub error: Option<String>,
 }
 
-/// The rollups' definitions (module docs).
-pub struct Rollups {
+/// The rollups' shapes, their routing and their maintenance (module docs).
+pub struct RollupRouter {
     store: Arc<Store>,
-    specs: RwLock<HashMap<(String, String), Arc<RollupSpec>>>,
+    specs: RwLock<HashMap<(String, String), Arc<RollupShape>>>,
     /// Wakes the maintainer (a rollup was created).
     wake: Arc<tokio::sync::Notify>,
     /// How each rollup's maintenance last failed, while it keeps failing.
@@ -133,15 +135,15 @@ pub struct Rollups {
     runtime: Arc<RuntimeEnv>,
 }
 
-impl std::fmt::Debug for Rollups {
+impl std::fmt::Debug for RollupRouter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Rollups")
+        f.write_str("RollupRouter")
     }
 }
 
-impl Rollups {
+impl RollupRouter {
     pub(crate) fn new(store: Arc<Store>, config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Self {
-        Rollups {
+        RollupRouter {
             store,
             specs: RwLock::new(HashMap::new()),
             failures: parking_lot::Mutex::new(HashMap::new()),
@@ -171,7 +173,7 @@ impl Rollups {
         ctx
     }
 
-    fn keep_spec(&self, database: &str, name: &str, spec: RollupSpec) -> Arc<RollupSpec> {
+    fn keep_spec(&self, database: &str, name: &str, spec: RollupShape) -> Arc<RollupShape> {
         let spec = Arc::new(spec);
         self.specs
             .write()
@@ -202,7 +204,7 @@ impl Rollups {
         &self,
         database: &str,
         table: &str,
-    ) -> Vec<(Arc<RollupSpec>, Arc<RollupState>)> {
+    ) -> Vec<(Arc<RollupShape>, Arc<RollupState>)> {
         let states = self.store.rollups().of_table(database, table);
         if states.is_empty() {
             return Vec::new();
@@ -218,7 +220,7 @@ impl Rollups {
     }
 
     /// The definition of rollup `name` of `database`, if it is read.
-    pub(crate) fn spec(&self, database: &str, name: &str) -> Option<Arc<RollupSpec>> {
+    pub(crate) fn spec(&self, database: &str, name: &str) -> Option<Arc<RollupShape>> {
         // dropped with its table, the state is gone first
         self.store.rollups().get(database, name)?;
         self.specs
@@ -294,7 +296,7 @@ impl Rollups {
             .collect()
     }
 
-    fn info(&self, state: &RollupState, spec: Option<&RollupSpec>) -> RollupInfo {
+    fn info(&self, state: &RollupState, spec: Option<&RollupShape>) -> RollupInfo {
         let d = state.definition();
         let data = self
             .store
@@ -324,9 +326,9 @@ impl Rollups {
 
 /// Each rollup is a read-only table of its database: reading it runs the rollup's statement
 /// (which the router answers from the rollup, exactly).
-impl DatabaseViews for Rollups {
+impl DatabaseViews for RollupRouter {
     fn names(&self, database: &str) -> Vec<String> {
-        Rollups::names(self, database)
+        RollupRouter::names(self, database)
     }
 
     fn view(&self, database: &str, name: &str) -> Option<Arc<dyn TableProvider>> {

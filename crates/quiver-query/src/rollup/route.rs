@@ -12,7 +12,7 @@
 //!   the query's.
 //!
 //! The aggregate is then replaced by the same aggregate, merging partial states, over a
-//! [`RollupParts`] scan: it decides when the plan is made into a physical plan which buckets
+//! [`RollupPartials`] scan: it decides when the plan is made into a physical plan which buckets
 //! the rollup covers and reads the rest raw (see [`super::parts`]). A projection gives the
 //! result the original aggregate's names, so nothing above notices. Of several candidates,
 //! the one keeping the fewest rows wins. The reasons candidates were passed over are kept for
@@ -38,15 +38,15 @@ use quiver_exec::time_filter::{is_time_column, stands_alone};
 use quiver_model::TimeBucket;
 use quiver_storage::RollupState;
 
-use super::definition::{strip_alias, Derivable, RollupSpec};
-use super::parts::RollupParts;
-use super::{Rollups, RoutingNotes};
+use super::definition::{strip_alias, Derivable, RollupShape};
+use super::partials::RollupPartials;
+use super::{RollupRouter, RoutingNotes};
 use crate::provider::QuiverTable;
 
 /// Routes aggregates to rollups (module docs).
 #[derive(Debug)]
 pub(crate) struct RollupRouteRule {
-    pub(crate) rollups: Arc<Rollups>,
+    pub(crate) rollups: Arc<RollupRouter>,
 }
 
 impl AnalyzerRule for RollupRouteRule {
@@ -103,7 +103,7 @@ impl RollupRouteRule {
         };
         let table = query.table.table();
         let candidates = self.rollups.candidates(table.database(), table.name());
-        let mut best: Option<(u64, Arc<RollupSpec>, Arc<RollupState>, Route)> = None;
+        let mut best: Option<(u64, Arc<RollupShape>, Arc<RollupState>, Route)> = None;
         for (spec, state) in candidates {
             let name = state.definition().name.clone();
             match query.route_to(&spec) {
@@ -167,7 +167,7 @@ impl<'a> QueryShape<'a> {
         })
     }
 
-    fn route_to(&self, spec: &RollupSpec) -> Result<Route, String> {
+    fn route_to(&self, spec: &RollupShape) -> Result<Route, String> {
         let group = self.group_by(spec)?;
         let merges = self
             .aggregate
@@ -189,7 +189,7 @@ impl<'a> QueryShape<'a> {
         })
     }
 
-    fn group_by(&self, spec: &RollupSpec) -> Result<Vec<Expr>, String> {
+    fn group_by(&self, spec: &RollupShape) -> Result<Vec<Expr>, String> {
         let mut buckets = 0;
         self.aggregate
             .group_expr
@@ -223,7 +223,7 @@ impl<'a> QueryShape<'a> {
     }
 
     /// The query's conjuncts for the rollup's rows, for raw rows, and on `time`.
-    fn filters(&self, spec: &RollupSpec) -> Result<QueryFilters, String> {
+    fn filters(&self, spec: &RollupShape) -> Result<QueryFilters, String> {
         let tags = self.table.tag_columns();
         let (mut kept, mut raw, mut time) = (Vec::new(), Vec::new(), Vec::new());
         let mut satisfied = HashSet::new();
@@ -293,12 +293,12 @@ fn describe(bucket: TimeBucket) -> String {
 /// The query's aggregate over the rollup's parts, named as the original.
 fn routed_plan(
     query: &QueryShape,
-    spec: Arc<RollupSpec>,
+    spec: Arc<RollupShape>,
     state: Arc<RollupState>,
     route: Route,
 ) -> Result<LogicalPlan> {
     let name = state.definition().name.clone();
-    let parts = RollupParts::new(spec, state, query.table.clone(), route.filters)?;
+    let parts = RollupPartials::new(spec, state, query.table.clone(), route.filters)?;
     let reference = TableReference::bare(format!("rollup:{name}"));
     let merged = LogicalPlanBuilder::scan(reference, provider_as_source(Arc::new(parts)), None)?
         .aggregate(route.group, route.merges)?

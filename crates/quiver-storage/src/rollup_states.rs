@@ -1,6 +1,11 @@
-//! Every rollup of a store ([`RollupRegistry`]): created, listed and dropped here, loaded at
+//! Every rollup of a store ([`RollupStates`]): created, listed and dropped here, loaded at
 //! start-up (before the WAL's replay, which then marks what it replays), told about every
 //! applied write and drop.
+//!
+//! The definitions are the catalog's (`CatalogState::rollups`, written by its one writer); a
+//! rollup's kept rows and manifest are the writer's own, in its data directory. A query node
+//! follows the definitions of the catalog it applies and keeps the rows of each rollup in
+//! memory, computed from the shared files like the writer's.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +32,7 @@ pub const MAX_ROLLUPS_PER_TABLE: usize = 16;
 
 /// The rollups of one store.
 #[derive(Debug, Default)]
-pub struct RollupRegistry {
+pub struct RollupStates {
     /// `<data_dir>/rollups`; `None` for a memory-only store.
     dir: Option<PathBuf>,
     rollups: RwLock<Vec<Arc<RollupState>>>,
@@ -39,7 +44,7 @@ pub struct RollupRegistry {
     generation: AtomicU64,
 }
 
-impl RollupRegistry {
+impl RollupStates {
     /// The rollups kept in `data_dir` (none for `None`), with the buckets that base-table
     /// files newer than each manifest touch marked pending.
     pub(crate) fn open(
@@ -47,7 +52,7 @@ impl RollupRegistry {
         catalog: &CatalogState,
     ) -> Result<Self, StorageError> {
         let Some(data_dir) = data_dir else {
-            return Ok(RollupRegistry::default());
+            return Ok(RollupStates::default());
         };
         let dir = data_dir.join(ROLLUPS_DIR);
         let mut rollups = Vec::new();
@@ -81,7 +86,18 @@ impl RollupRegistry {
             }
             rollups.push(Arc::new(state));
         }
-        Ok(RollupRegistry {
+        // in the catalog, but its directory is gone: computed again from the raw rows
+        for definition in &catalog.rollups {
+            let known = rollups.iter().any(|r| r.definition().is_named(definition));
+            if !known {
+                let id = next_id;
+                next_id += 1;
+                let state = RollupState::new(definition.clone(), 0, Some(dir.join(id.to_string())));
+                state.save_new()?;
+                rollups.push(Arc::new(state));
+            }
+        }
+        Ok(RollupStates {
             dir: Some(dir),
             any: AtomicBool::new(!rollups.is_empty()),
             rollups: RwLock::new(rollups),
@@ -138,6 +154,46 @@ impl RollupRegistry {
             remove_dir(dir);
         }
         Ok(())
+    }
+
+    /// Every rollup's definition, in creation order (what the catalog records).
+    pub(crate) fn definitions(&self) -> Vec<RollupDefinition> {
+        self.rollups
+            .read()
+            .iter()
+            .map(|r| r.definition().clone())
+            .collect()
+    }
+
+    /// On a query node: makes `definitions` (the applied catalog's) the rollups, each new one
+    /// kept in memory with everything pending, each one gone dropped.
+    pub(crate) fn follow(&self, definitions: &[RollupDefinition]) {
+        let mut rollups = self.rollups.write();
+        let (kept, gone): (Vec<_>, Vec<_>) = rollups
+            .drain(..)
+            .partition(|r| definitions.contains(r.definition()));
+        let mut changed = !gone.is_empty();
+        for removed in gone {
+            removed.mark_dropped();
+        }
+        *rollups = kept;
+        for definition in definitions {
+            if !rollups.iter().any(|r| r.definition() == definition) {
+                rollups.push(Arc::new(RollupState::new(definition.clone(), 0, None)));
+                changed = true;
+            }
+        }
+        self.any.store(!rollups.is_empty(), Ordering::Release);
+        if changed {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Marks the buckets of `[min, max]` pending in the rollups of `table` in `database`.
+    pub(crate) fn mark_changed(&self, database: &str, table: &str, min: i64, max: i64) {
+        for rollup in self.of_table(database, table) {
+            rollup.mark_changed(min, max);
+        }
     }
 
     /// Changes with every creation and removal of a rollup.

@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures::TryStreamExt;
 use quiver_auth::Caller;
-use quiver_cache::{AnswerBody, Run, Verdict};
+use quiver_cache::{AnswerBody, QueryInvocation, Verdict};
 use quiver_influxql::ast::Statement;
 use quiver_influxql::plan::{MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
 use quiver_query::{QueryControl, QueryProtocol};
@@ -222,7 +222,7 @@ async fn run_statement(
     database: &str,
     statement: Statement,
 ) -> Result<(Verdict, Rows), String> {
-    let how = Run {
+    let how = QueryInvocation {
         scope: caller.scope(),
         no_cache,
         control,

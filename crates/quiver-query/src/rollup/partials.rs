@@ -1,4 +1,4 @@
-//! [`RollupParts`]: the partial states a routed query merges, taken when its physical plan
+//! [`RollupPartials`]: the partial states a routed query merges, taken when its physical plan
 //! is made (so a kept logical plan is never stale): the rollup's kept rows for the buckets
 //! it covers within the query's time range, and the same states computed from raw rows for
 //! everything else in that range (buckets the range cuts, buckets written since they were
@@ -26,7 +26,7 @@ use quiver_exec::time_filter::{is_time_bound, time_bounds};
 use quiver_model::schema::TIME_COLUMN;
 use quiver_storage::{Ranges, RollupState, TableSnapshot};
 
-use super::definition::RollupSpec;
+use super::definition::RollupShape;
 use super::route::QueryFilters;
 use crate::plan_cache::ScansRead;
 use crate::provider::{external, note_read, query_now_ns, QuiverTable};
@@ -36,8 +36,8 @@ use crate::provider::{external, note_read, query_now_ns, QuiverTable};
 const MAX_RAW_RANGES: usize = 4;
 
 /// The partial states of one routed query (module docs).
-pub(crate) struct RollupParts {
-    spec: Arc<RollupSpec>,
+pub(crate) struct RollupPartials {
+    spec: Arc<RollupShape>,
     state: Arc<RollupState>,
     base: QuiverTable,
     /// The query's conjuncts, by what they apply to.
@@ -45,15 +45,15 @@ pub(crate) struct RollupParts {
     schema: SchemaRef,
 }
 
-impl fmt::Debug for RollupParts {
+impl fmt::Debug for RollupPartials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RollupParts({})", self.state.definition().name)
+        write!(f, "RollupPartials({})", self.state.definition().name)
     }
 }
 
-impl RollupParts {
+impl RollupPartials {
     pub(crate) fn new(
-        spec: Arc<RollupSpec>,
+        spec: Arc<RollupShape>,
         state: Arc<RollupState>,
         base: QuiverTable,
         filters: QueryFilters,
@@ -66,7 +66,7 @@ impl RollupParts {
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
-        Ok(RollupParts {
+        Ok(RollupPartials {
             spec,
             state,
             base,
@@ -202,7 +202,7 @@ fn split(lo: Option<i64>, hi: Option<i64>, mut covered: Ranges) -> (Ranges, Rang
 }
 
 #[async_trait]
-impl TableProvider for RollupParts {
+impl TableProvider for RollupPartials {
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
