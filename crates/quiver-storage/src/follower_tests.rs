@@ -206,28 +206,7 @@ fn value_caches_kept_in_the_old_file_move_into_the_catalog() {
     assert!(err.to_string().contains(VALUE_CACHES_FILE), "{err}");
 }
 
-const MINUTE: i64 = 60_000_000_000;
-
-/// Rollup `r` of `m.cpu`, in 10-minute buckets.
-fn ten_minutes_of_cpu() -> RollupDefinition {
-    RollupDefinition {
-        database: "m".into(),
-        name: "r".into(),
-        table: "cpu".into(),
-        sql: "(the query layer's)".into(),
-        bucket_ns: 10 * MINUTE,
-        origin_ns: 0,
-    }
-}
-
-fn covered(store: &Store, lo: i64, hi: i64) -> Vec<(i64, i64)> {
-    let rollup = store.rollups().get("m", "r").unwrap();
-    rollup
-        .coverage(Some(lo), Some(hi), None)
-        .covered
-        .iter()
-        .collect()
-}
+use crate::rollup_states::tests::{covered, ten_minutes_of_cpu, MINUTE};
 
 #[test]
 fn a_query_node_keeps_the_writers_rollups_and_marks_what_new_files_change() {

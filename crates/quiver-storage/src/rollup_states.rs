@@ -320,14 +320,15 @@ fn remove_dir(dir: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::store_tests::{open, write};
     use crate::RollupDefinition;
 
-    const MINUTE: i64 = 60_000_000_000;
+    /// A minute in nanoseconds.
+    pub(crate) const MINUTE: i64 = 60_000_000_000;
 
     /// Rollup `r` of `m.cpu`, in 10-minute buckets.
-    fn ten_minutes_of_cpu() -> RollupDefinition {
+    pub(crate) fn ten_minutes_of_cpu() -> RollupDefinition {
         RollupDefinition {
             database: "m".into(),
             name: "r".into(),
@@ -338,7 +339,8 @@ mod tests {
         }
     }
 
-    fn covered(store: &crate::Store, lo: i64, hi: i64) -> Vec<(i64, i64)> {
+    /// The bucket ranges rollup `m.r` of `store` covers within `[lo, hi)`.
+    pub(crate) fn covered(store: &crate::Store, lo: i64, hi: i64) -> Vec<(i64, i64)> {
         let rollup = store.rollups().get("m", "r").unwrap();
         rollup
             .coverage(Some(lo), Some(hi), None)

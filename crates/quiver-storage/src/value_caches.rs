@@ -313,10 +313,7 @@ impl ValueCaches {
 
     /// Makes `caches` the configured caches (once the catalog holds them).
     pub(crate) fn replace(&self, caches: Vec<ValueCache>) {
-        let mut current = self.caches.write();
-        if *current != caches {
-            *current = caches;
-        }
+        *self.caches.write() = caches;
     }
 }
 
