@@ -18,7 +18,7 @@ use moka::sync::Cache;
 use parking_lot::Mutex;
 use quiver_influxql::ast::Statement as InfluxqlStatement;
 use quiver_model::AccessScope;
-use quiver_query::governance::StopReason;
+use quiver_query::governance::{GovernanceError, StopReason};
 use quiver_query::reuse::{PartReuse, PartsReport};
 use quiver_query::{
     Cacheability, ExecuteOptions, QueryAnalysis, QueryEngine, QueryError, QueryOutput, QueryParams,
@@ -586,11 +586,11 @@ impl QueryService {
         };
         match tokio::time::timeout_at(deadline.into(), flight).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(FlightFailure::Query(Arc::new(QueryError::Stopped(
-                StopReason::TimedOut {
+            Err(_) => Err(FlightFailure::Query(Arc::new(QueryError::Governance(
+                GovernanceError::Stopped(StopReason::TimedOut {
                     limit,
                     setting: control.timeout_setting,
-                },
+                }),
             )))),
         }
     }

@@ -82,6 +82,22 @@ pub enum GovernanceError {
     Runtime(std::io::Error),
 }
 
+impl quiver_model::Classify for GovernanceError {
+    fn kind(&self) -> quiver_model::ErrorKind {
+        use quiver_model::ErrorKind;
+        match self {
+            GovernanceError::Stopped(StopReason::TimedOut { .. })
+            | GovernanceError::Stopped(StopReason::ClientStalled { .. }) => ErrorKind::TimedOut,
+            GovernanceError::Stopped(StopReason::ServerMemory { .. }) => {
+                ErrorKind::ResourcesExhausted
+            }
+            GovernanceError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
+            GovernanceError::Busy { .. } => ErrorKind::Busy,
+            GovernanceError::Runtime(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 /// Why a running query was stopped.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StopReason {

@@ -7,7 +7,7 @@ use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 use quiver_model::{Classify, ErrorKind};
-use quiver_query::governance::StopReason;
+use quiver_query::governance::{GovernanceError, StopReason};
 use quiver_query::statement_limits::StatementLimit;
 use quiver_query::QueryError;
 
@@ -125,9 +125,12 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => {
             sqlstate::STATEMENT_TOO_COMPLEX
         }
-        QueryError::Stopped(StopReason::ServerMemory { .. }) => sqlstate::OUT_OF_MEMORY,
-        QueryError::Stopped(_) => sqlstate::QUERY_CANCELED,
-        QueryError::Busy { .. } => sqlstate::INSUFFICIENT_RESOURCES,
+        QueryError::Governance(GovernanceError::Stopped(StopReason::ServerMemory { .. })) => {
+            sqlstate::OUT_OF_MEMORY
+        }
+        QueryError::Governance(GovernanceError::Stopped(_)) => sqlstate::QUERY_CANCELED,
+        QueryError::Governance(GovernanceError::Busy { .. }) => sqlstate::INSUFFICIENT_RESOURCES,
+        QueryError::Governance(GovernanceError::Runtime(_)) => sqlstate::INTERNAL_ERROR,
         QueryError::Denied(denied) => access_code(denied.kind),
         QueryError::Storage(e) if e.kind() == ErrorKind::Unavailable => {
             sqlstate::CANNOT_CONNECT_NOW

@@ -36,20 +36,10 @@ pub enum QueryError {
     /// A function call would have produced a value over `max_value_bytes`.
     #[error("{0}")]
     ValueTooLarge(ValueTooLarge),
-    /// The query was stopped: timed out, cancelled, or over the server's memory ceiling.
-    #[error("{0}")]
-    Stopped(StopReason),
-    /// As many queries run and wait as the server takes.
-    #[error(
-        "the server is busy: {running} queries are running and {queued} are waiting \
-         (max_concurrent_queries, max_queued_queries); retry shortly"
-    )]
-    Busy {
-        /// `max_concurrent_queries`.
-        running: usize,
-        /// `max_queued_queries`.
-        queued: usize,
-    },
+    /// The governor refused the query (busy) or stopped it (timed out, cancelled, over the
+    /// server's memory ceiling).
+    #[error(transparent)]
+    Governance(#[from] GovernanceError),
     /// The statement is longer or more deeply nested than the server accepts.
     #[error("{0}")]
     StatementLimit(StatementLimit),
@@ -78,12 +68,8 @@ impl Classify for QueryError {
             QueryError::ResourcesExhausted(_) | QueryError::ValueTooLarge(_) => {
                 ErrorKind::ResourcesExhausted
             }
-            QueryError::Stopped(StopReason::TimedOut { .. } | StopReason::ClientStalled { .. }) => {
-                ErrorKind::TimedOut
-            }
-            QueryError::Stopped(StopReason::ServerMemory { .. }) => ErrorKind::ResourcesExhausted,
-            QueryError::Stopped(StopReason::Killed { .. }) => ErrorKind::Cancelled,
-            QueryError::Busy { .. } | QueryError::MemoryBusy(_) => ErrorKind::Busy,
+            QueryError::Governance(e) => e.kind(),
+            QueryError::MemoryBusy(_) => ErrorKind::Busy,
             QueryError::StatementLimit(StatementLimit::TooLong { .. }) => ErrorKind::TooLarge,
             QueryError::StatementLimit(StatementLimit::TooDeep { .. }) => ErrorKind::LimitExceeded,
             QueryError::Denied(denied) => denied.kind,
@@ -91,19 +77,6 @@ impl Classify for QueryError {
             QueryError::Distributed(e) if e.unavailable => ErrorKind::Unavailable,
             QueryError::Distributed(_) => ErrorKind::Invalid,
             QueryError::Internal(_) => ErrorKind::Internal,
-        }
-    }
-}
-
-impl From<GovernanceError> for QueryError {
-    fn from(e: GovernanceError) -> Self {
-        match e {
-            GovernanceError::Stopped(reason) => QueryError::Stopped(reason),
-            GovernanceError::Busy { running, queued } => QueryError::Busy { running, queued },
-            GovernanceError::Runtime(e) => QueryError::Internal(DataFusionError::Context(
-                "cannot start the query runtime".into(),
-                Box::new(DataFusionError::IoError(e)),
-            )),
         }
     }
 }
@@ -198,7 +171,7 @@ fn governance_error(error: &(dyn std::error::Error + 'static)) -> Option<QueryEr
     }
     error
         .downcast_ref::<StopReason>()
-        .map(|reason| QueryError::Stopped(reason.clone()))
+        .map(|reason| GovernanceError::Stopped(reason.clone()).into())
 }
 
 /// Whose fault one error of a chain says a failure is, when it says.
