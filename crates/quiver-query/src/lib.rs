@@ -16,6 +16,7 @@ mod influxql;
 mod latest;
 mod options;
 mod params;
+mod partials;
 mod plan_cache;
 mod provider;
 pub mod reuse;

@@ -14,7 +14,9 @@
 //! - [`collect`] keeps the parts computed by a query for the next one.
 //!
 //! The store itself (memory bound, eviction) belongs to the result cache, which hands one to
-//! each query it lets reuse parts ([`PartReuse`]), with a report of what was reused.
+//! each query it lets reuse parts ([`PartReuse`]), with a report of what was reused. The
+//! partial states, the remainder computed from raw rows and their union are the mechanism
+//! rollup routing uses too ([`crate::partials`]).
 
 mod collect;
 mod rule;

@@ -33,7 +33,7 @@ use quiver_exec::plan_settings::PlanSettings;
 use quiver_exec::time_filter::stands_alone;
 
 use super::scan::{nests_in_parts, PartValues, PartsShape, ReusedParts};
-use crate::rollup::definition::{strip_alias, Derivable};
+use crate::partials::states::{strip_alias, Derivable};
 use crate::rollup::route::{is_time_predicate, renamed_like, QueryShape};
 
 /// The name of the `n`th grouping column of the parts.

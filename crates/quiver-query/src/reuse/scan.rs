@@ -36,10 +36,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
-use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_model::schema::TIME_COLUMN;
 use quiver_model::TimeBucket;
@@ -47,10 +44,10 @@ use quiver_storage::{Ranges, Table, TableSnapshot, VERSION_CHUNK_NS};
 
 use super::collect::{PartCollectExec, PartOf};
 use super::{PartKey, PartReuse, PartRows};
+use crate::partials::states::State;
+use crate::partials::{folded_time_range, side_by_side, RawRows, Remainder};
 use crate::plan_cache::ScansRead;
-use crate::provider::{external, note_read, query_now_ns, QuiverTable};
-use crate::rollup::definition::State;
-use crate::rollup::partials::{folded_time_range, time_ranges, RawRows};
+use crate::provider::{external, query_now_ns, QuiverTable};
 
 /// The widths a part may have, in minutes: multiples of storage's version chunk (ten
 /// minutes) that divide a day, so parts line up with days.
@@ -313,9 +310,9 @@ impl ReusedParts {
         &self,
         state: &dyn Session,
         split: Split,
+        projection: Option<&Vec<usize>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let table = self.base.table();
-        note_read(state, table, &split.snapshot, query_now_ns(state));
+        let remainder = Remainder::read(state, &self.base, split.snapshot, split.computed);
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         let reused = coalesced(
             &self.schema,
@@ -330,16 +327,14 @@ impl ReusedParts {
             }
             inputs.push(DataSourceExec::from_data_source(source));
         }
-        if !split.computed.is_empty() {
-            let mut filter = self.shape.filter.clone();
-            filter.extend(self.shape.time.iter().cloned());
-            filter.extend(time_ranges(&split.computed));
-            let pinned = RawRows::pinned(self.base.clone(), split.snapshot.clone());
-            let source = provider_as_source(Arc::new(pinned));
+        if !remainder.ranges.is_empty() {
+            let mut conjuncts = self.shape.filter.clone();
+            conjuncts.extend(self.shape.time.iter().cloned());
+            let (rows, filter) = remainder.rows(&self.base, conjuncts);
             let partial = self.shape.partial_plan(
-                source,
-                table.name(),
-                conjunction(filter),
+                rows,
+                self.base.table().name(),
+                filter,
                 Some(split.width),
             )?;
             let computed = state.create_physical_plan(&partial).await?;
@@ -355,10 +350,7 @@ impl ReusedParts {
                 None => collected,
             });
         }
-        match inputs.is_empty() {
-            true => Ok(Arc::new(EmptyExec::new(self.schema.clone()))),
-            false => UnionExec::try_new(inputs),
-        }
+        side_by_side(&self.schema, inputs, projection)
     }
 
     /// The plan computing the whole range from the table's rows.
@@ -502,19 +494,13 @@ impl TableProvider for ReusedParts {
             }
             _ => None,
         };
-        let plan = match split {
-            Some(split) => self.split_plan(state, split).await?,
-            None => self.whole_plan(state).await?,
-        };
-        let Some(projection) = projection else {
-            return Ok(plan);
-        };
-        let schema = plan.schema();
-        let columns = projection.iter().map(|&i| {
-            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(schema.field(i).name(), i));
-            (column, schema.field(i).name().clone())
-        });
-        Ok(Arc::new(ProjectionExec::try_new(columns, plan)?))
+        match split {
+            Some(split) => self.split_plan(state, split, projection).await,
+            None => {
+                let whole = self.whole_plan(state).await?;
+                side_by_side(&self.schema, vec![whole], projection)
+            }
+        }
     }
 }
 

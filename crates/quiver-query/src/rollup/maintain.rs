@@ -18,8 +18,8 @@ use quiver_storage::{Ranges, RollupState, Table};
 use tokio::task::JoinHandle;
 
 use super::definition::RollupShape;
-use super::partials::time_ranges;
 use super::RollupRouter;
+use crate::partials::time_ranges;
 use crate::provider::{external, QuiverTable};
 
 /// How often pending buckets are looked for when nothing wakes the task earlier.

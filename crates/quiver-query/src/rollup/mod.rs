@@ -7,7 +7,8 @@
 //!   raw rows, in the background; storage ([`quiver_storage::RollupState`]) marks them, keeps
 //!   the rows and makes them durable;
 //! - [`route`] answers aggregates over a base table from its best rollup, reading raw rows
-//!   for what the rollup does not cover ([`partials`]), so answers never change.
+//!   for what the rollup does not cover ([`partials`], on the mechanism the reuse of time
+//!   parts shares: [`crate::partials`]), so answers never change.
 //!
 //! [`RollupRouter`] holds each rollup's shape ([`definition::RollupShape`], read from the
 //! definition the catalog records; storage's [`quiver_storage::RollupStates`] holds the kept

@@ -4,7 +4,8 @@
 //! everything else in that range (buckets the range cuts, buckets written since they were
 //! rolled up, buckets not rolled up yet). Rows a retention period removed are never read
 //! from the rollup (its buckets start at the first whole bucket after the cutoff). The raw
-//! part scans the base table through [`RawRows`], which the router does not route again.
+//! part is the [`Remainder`] of the one mechanism of precomputed partials
+//! ([`crate::partials`]), which the router does not route again.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,24 +13,18 @@ use std::sync::Arc;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::error::Result;
-use datafusion::logical_expr::simplify::SimplifyContext;
-use datafusion::logical_expr::utils::{conjunction, disjunction, split_conjunction};
-use datafusion::logical_expr::{
-    cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
-};
-use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{cast, col, Expr, LogicalPlan, LogicalPlanBuilder, TableType};
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_exec::time_filter::{is_time_bound, time_bounds};
-use quiver_model::schema::TIME_COLUMN;
-use quiver_storage::{Ranges, RollupState, TableSnapshot};
+use quiver_storage::{Ranges, RollupState};
 
 use super::definition::RollupShape;
 use super::route::QueryFilters;
+use crate::partials::{folded_time_range, side_by_side, time_ranges, RawRows, Remainder};
 use crate::plan_cache::ScansRead;
-use crate::provider::{external, note_read, query_now_ns, QuiverTable};
+use crate::provider::{external, query_now_ns, QuiverTable};
 
 /// At most this many raw ranges per routed scan: more are joined across the covered buckets
 /// between them (which are then read raw too).
@@ -89,7 +84,7 @@ impl RollupPartials {
         rows: Vec<arrow::array::RecordBatch>,
         covered: &Ranges,
     ) -> Result<Option<LogicalPlan>> {
-        let Some(first) = rows.first() else {
+        let Some(first) = rows.first().filter(|_| !covered.is_empty()) else {
             return Ok(None);
         };
         let table = MemTable::try_new(first.schema(), vec![rows])?;
@@ -112,74 +107,13 @@ impl RollupPartials {
         Ok(Some(builder.project(columns)?.build()?))
     }
 
-    /// The partial states of the raw rows in `uncovered` as of `snapshot` (the one the plan
-    /// noted). The scan reads only the rows of those ranges, not of their hull (the
-    /// disjunction is a [`quiver_exec::time_filter::time_pieces`]).
-    fn raw_plan(&self, uncovered: &Ranges, snapshot: &Arc<TableSnapshot>) -> Result<LogicalPlan> {
-        let mut filter = self.filters.raw.clone();
-        filter.extend(time_ranges(uncovered));
-        let rows = RawRows::pinned(self.base.clone(), snapshot.clone());
-        self.spec.partial_plan(
-            provider_as_source(Arc::new(rows)),
-            self.base.table().name(),
-            conjunction(filter),
-        )
-    }
-}
-
-/// The time range `[lo, hi)` that `conjuncts` (each on `time`, columns unqualified) of a query
-/// over `base` ask for at the query's clock (`None` for an end they leave open); `None` if a
-/// conjunct does not fold to a plain comparison.
-pub(crate) fn folded_time_range(
-    base: &QuiverTable,
-    conjuncts: &[Expr],
-    state: &dyn Session,
-) -> Option<(Option<i64>, Option<i64>)> {
-    let schema = Arc::new(DFSchema::try_from(base.schema()).ok()?);
-    let context = SimplifyContext::builder()
-        .with_schema(schema)
-        .with_query_execution_start_time(state.execution_props().query_execution_start_time)
-        .build();
-    let simplifier = ExprSimplifier::new(context);
-    let mut folded = Vec::new();
-    for conjunct in conjuncts {
-        let simple = simplifier.simplify(conjunct.clone()).ok()?;
-        // `BETWEEN` folds into two bounds
-        for bound in split_conjunction(&simple) {
-            if !is_time_bound(bound) {
-                return None;
-            }
-            folded.push(bound.clone());
-        }
-    }
-    let bounds = time_bounds(&folded);
-    let lo = (bounds.min != i64::MIN).then_some(bounds.min);
-    let hi = (bounds.max != i64::MAX).then(|| bounds.max.saturating_add(1));
-    Some((lo, hi))
-}
-
-/// `uncovered` (or `covered`) as one disjunction of `time` ranges; nothing for an unbounded
-/// single range.
-pub(crate) fn time_ranges(ranges: &Ranges) -> Option<Expr> {
-    let ts = |v: i64| {
-        lit(ScalarValue::TimestampNanosecond(
-            Some(v),
-            Some("UTC".into()),
-        ))
-    };
-    let each = ranges.iter().map(|(start, end)| {
-        let mut bounds = Vec::new();
-        if start != i64::MIN {
-            bounds.push(col(TIME_COLUMN).gt_eq(ts(start)));
-        }
-        if end != i64::MAX {
-            bounds.push(col(TIME_COLUMN).lt(ts(end)));
-        }
-        conjunction(bounds).unwrap_or_else(|| lit(true))
-    });
-    match ranges.is_empty() {
-        true => Some(lit(false)),
-        false => disjunction(each),
+    /// The partial states of the raw rows of `remainder`. The scan reads only the rows of its
+    /// ranges, not of their hull (the disjunction is a
+    /// [`quiver_exec::time_filter::time_pieces`]).
+    fn raw_plan(&self, remainder: &Remainder) -> Result<LogicalPlan> {
+        let (rows, filter) = remainder.rows(&self.base, self.filters.raw.clone());
+        self.spec
+            .partial_plan(rows, self.base.table().name(), filter)
     }
 }
 
@@ -244,84 +178,15 @@ impl TableProvider for RollupPartials {
             None => (Ranges::new(), Ranges::of(i64::MIN, i64::MAX), Vec::new()),
         };
         let (covered, raw, rows) = coverage;
-        // the plan depends on this snapshot's rows, as a scan of the table does
         let snapshot = table.snapshot().map_err(external)?;
-        note_read(state, table, &snapshot, now_ns);
-        let kept = match covered.is_empty() {
-            true => None,
-            false => self.kept_plan(rows, &covered)?,
-        };
-        let mut builder = LogicalPlanBuilder::from(self.raw_plan(&raw, &snapshot)?);
-        if let Some(kept) = kept {
-            builder = LogicalPlanBuilder::from(kept).union(builder.build()?)?;
+        let remainder = Remainder::read(state, &self.base, snapshot, raw);
+        let mut inputs = Vec::new();
+        if let Some(kept) = self.kept_plan(rows, &covered)? {
+            inputs.push(state.create_physical_plan(&kept).await?);
         }
-        if let Some(projection) = projection {
-            let columns: Vec<Expr> = projection
-                .iter()
-                .map(|&i| col(self.schema.field(i).name()))
-                .collect();
-            builder = builder.project(columns)?;
-        }
-        state.create_physical_plan(&builder.build()?).await
-    }
-}
-
-/// The base table's rows for the raw part: a [`QuiverTable`] the router (and the reuse of
-/// time parts) does not recognise, so the raw part's aggregate is not routed again. Read as
-/// of the table's snapshot when the scan is planned, or as of a `pinned` one (every computed
-/// part of a query with reused time parts reads the snapshot their versions were taken with).
-#[derive(Debug)]
-pub(crate) struct RawRows {
-    table: QuiverTable,
-    pinned: Option<Arc<TableSnapshot>>,
-}
-
-impl RawRows {
-    /// The rows of `table` as the scan finds them.
-    pub(crate) fn of(table: QuiverTable) -> Self {
-        RawRows {
-            table,
-            pinned: None,
-        }
-    }
-
-    /// The rows of `table` as of `snapshot` (noted by the caller).
-    pub(crate) fn pinned(table: QuiverTable, snapshot: Arc<TableSnapshot>) -> Self {
-        RawRows {
-            table,
-            pinned: Some(snapshot),
-        }
-    }
-}
-
-#[async_trait]
-impl TableProvider for RawRows {
-    fn schema(&self) -> SchemaRef {
-        self.table.schema()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> Result<Vec<TableProviderFilterPushDown>> {
-        self.table.supports_filters_pushdown(filters)
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match &self.pinned {
-            Some(snapshot) => self.table.scan_of(state, snapshot, projection, filters),
-            None => self.table.scan(state, projection, filters, limit).await,
-        }
+        let computed = self.raw_plan(&remainder)?;
+        inputs.push(state.create_physical_plan(&computed).await?);
+        side_by_side(&self.schema, inputs, projection)
     }
 }
 

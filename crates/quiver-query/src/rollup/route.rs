@@ -38,9 +38,10 @@ use quiver_exec::time_filter::{is_time_column, stands_alone};
 use quiver_model::TimeBucket;
 use quiver_storage::RollupState;
 
-use super::definition::{strip_alias, Derivable, RollupShape};
+use super::definition::RollupShape;
 use super::partials::RollupPartials;
 use super::{RollupRouter, RoutingNotes};
+use crate::partials::states::{strip_alias, Derivable};
 use crate::provider::QuiverTable;
 
 /// Routes aggregates to rollups (module docs).
