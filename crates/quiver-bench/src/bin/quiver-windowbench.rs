@@ -13,10 +13,16 @@
 //! identical (zero stale answers); both are timed. Reports p50 / p90 of each, their ratio, and
 //! the share of partial-result rows served from cached parts (`GET /api/v3/cache`).
 //!
+//! With `--compare-url` (a second server, e.g. another build of Quiver) both servers get the
+//! same points and the same questions, refresh by refresh, in alternating order, and the
+//! report is one line comparing them (second / first): two builds measured in the same run
+//! and under the same load, which sequential runs on a shared machine cannot give.
+//!
 //! ```sh
 //! quiver-windowbench --quiver-url http://127.0.0.1:18386 --hosts 100 --refreshes 60
 //! ```
-//! `scripts/window-bench.sh` starts the server and runs this for 100 and 1,000 hosts.
+//! `scripts/window-bench.sh` starts the server and runs this for 100 and 1,000 hosts;
+//! `scripts/ab-window.sh` starts two builds and compares them.
 
 use std::time::Instant;
 
@@ -31,6 +37,9 @@ struct Args {
     /// Quiver's HTTP base URL.
     #[arg(long, default_value = "http://127.0.0.1:8086")]
     quiver_url: String,
+    /// A second server's HTTP base URL, to compare with the first in the same run.
+    #[arg(long)]
+    compare_url: Option<String>,
     /// Hosts writing one point every ten seconds.
     #[arg(long, default_value_t = 100)]
     hosts: usize,
@@ -63,14 +72,54 @@ fn main() {
     block_on(run(args));
 }
 
+/// One server under test and what its answers measured.
+struct Server {
+    url: String,
+    /// Its cache counters before the timed refreshes.
+    before: Value,
+    reused_ms: Vec<f64>,
+    whole_ms: Vec<f64>,
+    partial: usize,
+}
+
+impl Server {
+    async fn new(http: &reqwest::Client, url: &str, db: &str) -> Self {
+        let url = url.trim_end_matches('/').to_string();
+        let _ = http
+            .delete(format!("{url}/api/v3/configure/database"))
+            .query(&[("db", db)])
+            .send()
+            .await;
+        Server {
+            url,
+            before: Value::Null,
+            reused_ms: Vec::new(),
+            whole_ms: Vec::new(),
+            partial: 0,
+        }
+    }
+
+    async fn write(&self, http: &reqwest::Client, db: &str, lines: &str) {
+        let url = format!("{}/api/v3/write_lp?db={db}&precision=second", self.url);
+        post(http, &url, lines).await;
+    }
+
+    /// The share of partial-result rows served from cached parts since `before`.
+    async fn reused_share(&self, http: &reqwest::Client) -> f64 {
+        let after = cache_stats(http, &self.url).await;
+        let delta =
+            |key: &str| after[key].as_u64().unwrap_or(0) - self.before[key].as_u64().unwrap_or(0);
+        let (reused, computed) = (delta("part_rows_reused"), delta("part_rows_computed"));
+        reused as f64 / (reused + computed).max(1) as f64
+    }
+}
+
 async fn run(args: Args) {
     let http = client();
-    let url = args.quiver_url.trim_end_matches('/').to_string();
-    let _ = http
-        .delete(format!("{url}/api/v3/configure/database"))
-        .query(&[("db", args.db.as_str())])
-        .send()
-        .await;
+    let mut servers = vec![Server::new(&http, &args.quiver_url, &args.db).await];
+    if let Some(url) = &args.compare_url {
+        servers.push(Server::new(&http, url, &args.db).await);
+    }
     let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970")
@@ -78,7 +127,6 @@ async fn run(args: Args) {
     // the simulated clock: a day behind, on a whole step
     let mut clock = (wall - 86_400) / STEP_S * STEP_S;
     let mut rng = Xorshift::new(42);
-    let write_url = format!("{url}/api/v3/write_lp?db={}&precision=second", args.db);
     let history_s = (args.window_hours + 1) * 3600;
     let started = Instant::now();
     let mut lines = String::new();
@@ -88,13 +136,17 @@ async fn run(args: Args) {
             push_point(&mut lines, host, t, &mut rng);
             count += 1;
             if count % BATCH_LINES == 0 {
-                post(&http, &write_url, &lines).await;
+                for server in &servers {
+                    server.write(&http, &args.db, &lines).await;
+                }
                 lines.clear();
             }
         }
     }
     if !lines.is_empty() {
-        post(&http, &write_url, &lines).await;
+        for server in &servers {
+            server.write(&http, &args.db, &lines).await;
+        }
     }
     eprintln!(
         "loaded {count} points ({} hosts, {} h) in {:.1} s",
@@ -102,9 +154,9 @@ async fn run(args: Args) {
         history_s / 3600,
         started.elapsed().as_secs_f64()
     );
-    let before = cache_stats(&http, &url).await;
-    let (mut reused_ms, mut whole_ms) = (Vec::new(), Vec::new());
-    let mut partial = 0;
+    for server in &mut servers {
+        server.before = cache_stats(&http, &server.url).await;
+    }
     let mut answer_rows = 0;
     // refresh 0 warms the parts (and is not timed)
     for refresh in 0..=args.refreshes {
@@ -112,41 +164,43 @@ async fn run(args: Args) {
         for host in 0..args.hosts {
             push_point(&mut lines, host, clock, &mut rng);
         }
-        post(&http, &write_url, &lines).await;
+        for server in &servers {
+            server.write(&http, &args.db, &lines).await;
+        }
         clock += STEP_S;
         let sql = dashboard_query(clock, args.window_hours, &args.panel);
-        let ask = |no_cache: bool| query(&http, &url, &args, &sql, no_cache);
-        let (cached, whole) = match refresh % 2 {
-            0 => {
-                let cached = ask(false).await;
-                (cached, ask(true).await)
+        // the servers in alternating order, as each one's two questions
+        let count = servers.len();
+        for i in 0..count {
+            let server = &mut servers[(i + refresh) % count];
+            let ask = |no_cache: bool| query(&http, &server.url, &args, &sql, no_cache);
+            let (cached, whole) = match refresh % 2 {
+                0 => {
+                    let cached = ask(false).await;
+                    (cached, ask(true).await)
+                }
+                _ => {
+                    let whole = ask(true).await;
+                    (ask(false).await, whole)
+                }
+            };
+            assert!(
+                same_rows(&cached.body, &whole.body, &args.format),
+                "refresh {refresh}: the {} answer of {} differs from the answer computed whole",
+                cached.verdict,
+                server.url
+            );
+            if refresh == 0 {
+                continue;
             }
-            _ => {
-                let whole = ask(true).await;
-                (ask(false).await, whole)
-            }
-        };
-        assert!(
-            same_rows(&cached.body, &whole.body, &args.format),
-            "refresh {refresh}: the {} answer differs from the answer computed whole",
-            cached.verdict
-        );
-        if refresh == 0 {
-            continue;
+            server.partial += usize::from(cached.verdict == "PARTIAL");
+            answer_rows = whole.rows;
+            server.reused_ms.push(cached.ms);
+            server.whole_ms.push(whole.ms);
         }
-        partial += usize::from(cached.verdict == "PARTIAL");
-        answer_rows = whole.rows;
-        reused_ms.push(cached.ms);
-        whole_ms.push(whole.ms);
     }
-    let after = cache_stats(&http, &url).await;
-    let delta = |key: &str| after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0);
-    let (reused_rows, computed_rows) = (delta("part_rows_reused"), delta("part_rows_computed"));
-    let share = reused_rows as f64 / (reused_rows + computed_rows).max(1) as f64;
-    let (p50_reused, p90_reused) = percentiles(&mut reused_ms);
-    let (p50_whole, p90_whole) = percentiles(&mut whole_ms);
-    println!(
-        "| {} hosts, {} h window, {} panel, {} refreshes, {} ({}) | {p50_whole:.1} / {p90_whole:.1} | {p50_reused:.1} / {p90_reused:.1} | {:.1}x / {:.1}x | {:.1} % | {partial} of {} PARTIAL, 0 stale |",
+    let dashboard = format!(
+        "{} hosts, {} h window, {} panel, {} refreshes, {} ({})",
         args.hosts,
         args.window_hours,
         args.panel,
@@ -156,10 +210,40 @@ async fn run(args: Args) {
             rows => format!("{rows} rows per answer"),
         },
         args.format,
+    );
+    match servers.as_mut_slice() {
+        [one] => report(&http, &dashboard, one, args.refreshes).await,
+        [first, second] => compare(&dashboard, first, second),
+        _ => unreachable!("one or two servers"),
+    }
+}
+
+/// One server's line: computed whole against reused parts.
+async fn report(http: &reqwest::Client, dashboard: &str, server: &mut Server, refreshes: usize) {
+    let share = server.reused_share(http).await;
+    let (p50_reused, p90_reused) = percentiles(&mut server.reused_ms);
+    let (p50_whole, p90_whole) = percentiles(&mut server.whole_ms);
+    println!(
+        "| {dashboard} | {p50_whole:.1} / {p90_whole:.1} | {p50_reused:.1} / {p90_reused:.1} | {:.1}x / {:.1}x | {:.1} % | {} of {refreshes} PARTIAL, 0 stale |",
         p50_whole / p50_reused,
         p90_whole / p90_reused,
         share * 100.0,
-        args.refreshes,
+        server.partial,
+    );
+}
+
+/// Two servers' line: each one's p50 computed whole and from reused parts, and second / first.
+fn compare(dashboard: &str, first: &mut Server, second: &mut Server) {
+    let (whole_a, _) = percentiles(&mut first.whole_ms);
+    let (whole_b, _) = percentiles(&mut second.whole_ms);
+    let (reused_a, _) = percentiles(&mut first.reused_ms);
+    let (reused_b, _) = percentiles(&mut second.reused_ms);
+    println!(
+        "| {dashboard} | {whole_a:.1} | {whole_b:.1} | {:.3} | {reused_a:.1} | {reused_b:.1} | {:.3} | {} / {} PARTIAL |",
+        whole_b / whole_a,
+        reused_b / reused_a,
+        first.partial,
+        second.partial,
     );
 }
 
