@@ -3,8 +3,10 @@
 //! ([`dedup_exec`]), grouping by dictionary keys and time bins without hashing
 //! ([`dictionary_group`], [`time_bin`], [`run_states`]), gap filling ([`gap_fill`]), the first
 //! rows of each group ([`first_rows`]), float comparison as SQL orders floats
-//! ([`float_compare`]), capped functions ([`value_limits`]), and what they share
-//! ([`plan_nodes`], [`time_filter`], [`bucket_expr`]); reading Parquet column chunks through
+//! ([`float_compare`]), capped functions ([`value_limits`]), tag comparisons decided on
+//! dictionary codes and scans narrowed series by series before DataFusion reads them
+//! ([`tag_filter`], [`series_filter`]), and what they share ([`plan_nodes`], [`time_filter`],
+//! [`bucket_expr`], [`column_compare`]); reading Parquet column chunks through
 //! storage's chunk cache ([`chunk_reader`]); guarding a plan's futures and streams against
 //! panics ([`panic_guard`]).
 //!
@@ -14,6 +16,7 @@
 
 pub mod bucket_expr;
 pub mod chunk_reader;
+pub mod column_compare;
 pub mod dedup_exec;
 pub mod dictionary_group;
 pub mod first_rows;
@@ -23,8 +26,10 @@ pub mod panic_guard;
 pub mod plan_nodes;
 pub mod plan_settings;
 pub mod run_states;
+pub mod series_filter;
 pub mod session;
 pub mod table_files;
+pub mod tag_filter;
 pub mod time_bin;
 pub mod time_filter;
 pub mod value_limits;

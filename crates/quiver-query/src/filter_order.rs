@@ -25,8 +25,8 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Filter, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
 use quiver_model::schema::TIME_COLUMN;
 
-use crate::column_compare::{any_type, column_name, is_string, literal};
 use crate::latest::ScanBelow;
+use quiver_exec::column_compare::{any_type, column_name, is_string, literal};
 
 /// The analyzer rule that orders filter conjuncts over Quiver tables (module docs).
 #[derive(Debug, Default)]

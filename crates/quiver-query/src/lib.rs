@@ -7,7 +7,6 @@
 
 mod analyze;
 mod catalog_names;
-mod column_compare;
 mod engine;
 mod error;
 mod filter_order;
@@ -21,9 +20,7 @@ mod plan_cache;
 mod provider;
 pub mod reuse;
 mod rollup;
-mod series_filter;
 mod sql_catalog;
-mod tag_filter;
 mod time_order_limit;
 mod value_cache_functions;
 

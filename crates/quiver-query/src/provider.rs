@@ -58,8 +58,8 @@ use quiver_storage::{
 };
 
 use crate::plan_cache::ScansRead;
-use crate::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
-use crate::tag_filter::keep_matching_tags;
+use quiver_exec::series_filter::{narrows, rows_in_matching_series, SeriesEnd};
+use quiver_exec::tag_filter::keep_matching_tags;
 
 /// Name of the column that carries a source's write order into the merge.
 const SOURCE_COLUMN: &str = "__quiver_source";
@@ -514,7 +514,7 @@ impl Scan<'_> {
     }
 
     /// The parts of `batch` (sorted by series then time, its runs beginning at `starts`) that
-    /// the scan's tag comparisons and time bounds can keep ([`crate::series_filter`]).
+    /// the scan's tag comparisons and time bounds can keep ([`quiver_exec::series_filter`]).
     fn matching(&self, batch: &RecordBatch, starts: &[usize]) -> Result<Vec<RecordBatch>> {
         rows_in_matching_series(batch, starts, (self.filters, &self.times), self.series_end)
     }
@@ -708,7 +708,7 @@ impl Scan<'_> {
 
 /// True if every row `expr` (a scan's filter) rejects is one a series-by-series scan drops
 /// too: a comparison of tags alone (a series passes it whole or not at all) or a `time`
-/// range ([`crate::series_filter`] cuts each series to it), conjunct by conjunct.
+/// range ([`quiver_exec::series_filter`] cuts each series to it), conjunct by conjunct.
 fn applied_exactly(expr: &Expr, tags: &std::collections::HashSet<String>) -> bool {
     split_conjunction(expr).into_iter().all(|conjunct| {
         let reads_tags_only = conjunct

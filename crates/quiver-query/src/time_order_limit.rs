@@ -28,7 +28,7 @@ use quiver_exec::time_filter::is_time_column;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::latest::{swap_quiver_source, ScanBelow};
-use crate::series_filter::SeriesEnd;
+use quiver_exec::series_filter::SeriesEnd;
 
 /// The most rows per series a rewritten scan hands on; larger limits keep the plain scan.
 const MAX_ROWS_PER_SERIES: usize = 10_000;

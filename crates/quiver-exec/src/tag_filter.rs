@@ -31,7 +31,7 @@ const MOST_KEPT: f64 = 0.05;
 
 /// `batch` without rows that `filters`' tag comparisons reject, when they reject most of it;
 /// else `batch` as is.
-pub(crate) fn keep_matching_tags(batch: &RecordBatch, filters: &[Expr]) -> Result<RecordBatch> {
+pub fn keep_matching_tags(batch: &RecordBatch, filters: &[Expr]) -> Result<RecordBatch> {
     let Some(mask) = tag_mask(batch, filters) else {
         return Ok(batch.clone());
     };
@@ -77,7 +77,7 @@ fn matching_rows(
 
 /// The keys of `batch`'s string dictionary column `name` and, for each dictionary value,
 /// whether it is one of `wanted` (a null value is not).
-pub(crate) fn matching_codes<'a>(
+pub fn matching_codes<'a>(
     batch: &'a RecordBatch,
     name: &str,
     wanted: &HashSet<String>,
@@ -122,7 +122,7 @@ fn rows_with_codes(codes: &[i32], matching: &[bool]) -> BooleanBuffer {
 /// `column = 'x'`, `'x' = column`, `column IN ('x', ...)` (not negated), or an `OR` of those
 /// on one column (what DataFusion makes of a short `IN` list): the column and the strings it
 /// must hold.
-pub(crate) fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
+pub fn tag_comparison(expr: &Expr) -> Option<(&str, HashSet<String>)> {
     match expr {
         Expr::BinaryExpr(BinaryExpr {
             left,

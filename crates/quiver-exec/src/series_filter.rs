@@ -14,13 +14,13 @@
 //! series are many and short, their rows are copied into one batch instead: thousands of
 //! tiny batches cost more downstream than one copy.
 
+use crate::time_filter::TimeStretches;
 use arrow::array::{Array, AsArray, BooleanArray, BooleanBufferBuilder, Int32Array, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, TimeUnit, TimestampNanosecondType};
 use datafusion::error::Result;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::Expr;
-use quiver_exec::time_filter::TimeStretches;
 use quiver_model::schema::TIME_COLUMN;
 
 use crate::tag_filter::{matching_codes, tag_comparison};
@@ -33,7 +33,7 @@ const MIN_AVERAGE_SLICE: usize = 256;
 /// rows by time ([`crate::time_order_limit`]): a series' rows are in time order, so no row
 /// past its `n` newest can be among the `n` newest of all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SeriesEnd {
+pub enum SeriesEnd {
     /// The newest `n` rows of each series.
     Newest(usize),
     /// The oldest `n` rows of each series.
@@ -52,7 +52,7 @@ impl SeriesEnd {
 
 /// Whether `filters` hold anything a series-by-series scan narrows on: a tag comparison or
 /// a bound on `time`.
-pub(crate) fn narrows(filters: &[Expr], times: &TimeStretches) -> bool {
+pub fn narrows(filters: &[Expr], times: &TimeStretches) -> bool {
     !times.is_all()
         || filters
             .iter()
@@ -65,7 +65,7 @@ pub(crate) fn narrows(filters: &[Expr], times: &TimeStretches) -> bool {
 /// series' `end_of_series` if given, as zero-copy slices (or one copied batch, module docs). `batch` as
 /// is if nothing narrows it, or if `starts` does not describe it (then the filters above do
 /// all the work).
-pub(crate) fn rows_in_matching_series(
+pub fn rows_in_matching_series(
     batch: &RecordBatch,
     starts: &[usize],
     (filters, stretches): (&[Expr], &TimeStretches),
@@ -212,7 +212,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use quiver_exec::time_filter::TimeStretches;
+    use crate::time_filter::TimeStretches;
 
     /// Rows sorted by host then time: `series` of (host, number of rows), times 0, 10, 20...
     /// within each; `v` numbers the rows.

@@ -1,6 +1,6 @@
 //! Recognising the parts of a comparison between one column and constants, as type coercion
 //! leaves them: a column or a literal, possibly wrapped in casts. Shared by the rules that
-//! reorder filters ([`crate::filter_order`]) and the scans that answer tag comparisons on
+//! reorder filters (`quiver-query`'s `filter_order`) and the scans that answer tag comparisons on
 //! dictionary codes ([`crate::tag_filter`]).
 
 use arrow::datatypes::DataType;
@@ -11,7 +11,7 @@ use datafusion::logical_expr::Expr;
 /// accepts. `TRY_CAST` is held to the same test: it never fails, but a cast to another type
 /// changes the value compared (`CAST(TRY_CAST(host AS BIGINT) AS VARCHAR) = '5'` holds for
 /// `host = '05'`), which a tag comparison on dictionary codes must not assume away.
-pub(crate) fn column_name(expr: &Expr, cast_ok: impl Fn(&DataType) -> bool + Copy) -> Option<&str> {
+pub fn column_name(expr: &Expr, cast_ok: impl Fn(&DataType) -> bool + Copy) -> Option<&str> {
     match expr {
         Expr::Column(column) => Some(&column.name),
         Expr::Cast(cast) if cast_ok(cast.field.data_type()) => column_name(&cast.expr, cast_ok),
@@ -21,10 +21,7 @@ pub(crate) fn column_name(expr: &Expr, cast_ok: impl Fn(&DataType) -> bool + Cop
 }
 
 /// The literal `expr` is, as is or through casts to types `cast_ok` accepts.
-pub(crate) fn literal(
-    expr: &Expr,
-    cast_ok: impl Fn(&DataType) -> bool + Copy,
-) -> Option<&ScalarValue> {
+pub fn literal(expr: &Expr, cast_ok: impl Fn(&DataType) -> bool + Copy) -> Option<&ScalarValue> {
     match expr {
         Expr::Literal(value, _) => Some(value),
         Expr::Cast(cast) if cast_ok(cast.field.data_type()) => literal(&cast.expr, cast_ok),
@@ -35,7 +32,7 @@ pub(crate) fn literal(
 
 /// A string type, or a dictionary of one: what a tag is, and what a tag can always be cast
 /// to.
-pub(crate) fn is_string(data_type: &DataType) -> bool {
+pub fn is_string(data_type: &DataType) -> bool {
     matches!(
         data_type,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
@@ -43,6 +40,6 @@ pub(crate) fn is_string(data_type: &DataType) -> bool {
 }
 
 /// Any type: a constant's cast fails, if at all, wherever it is evaluated.
-pub(crate) fn any_type(_: &DataType) -> bool {
+pub fn any_type(_: &DataType) -> bool {
     true
 }
