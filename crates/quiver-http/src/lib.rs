@@ -54,6 +54,8 @@ pub struct AppState {
     pub limits: RequestLimits,
     /// Renders `/metrics` (`None`: no recorder is installed in this process).
     pub metrics: Option<PrometheusHandle>,
+    /// The server's `role` as configured (`all`, `query`), which `/health` names.
+    pub role: &'static str,
 }
 
 /// The server's routes. Serve them with
@@ -136,15 +138,10 @@ async fn health(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> impl IntoResponse {
     let store = &state.store;
-    // the `role` a server with this store has
-    let role = match store.access() {
-        quiver_storage::StoreAccess::Writer => "all",
-        quiver_storage::StoreAccess::Follower => "query",
-    };
     let mut body = serde_json::json!({
         "status": "pass",
         "version": env!("CARGO_PKG_VERSION"),
-        "role": role,
+        "role": state.role,
         "data": store.data_location(),
     });
     let mut status = StatusCode::OK;

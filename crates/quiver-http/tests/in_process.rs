@@ -34,6 +34,7 @@ async fn start(dir: &std::path::Path) -> String {
             max_reported_line_errors: 10,
         },
         metrics: None,
+        role: "all",
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

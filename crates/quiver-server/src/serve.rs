@@ -186,6 +186,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         store: store.clone(),
         queries: queries.clone(),
         limits: config.requests.clone(),
+        role: config.role.name(),
     });
     let listener = tokio::net::TcpListener::bind(&config.http_addr)
         .await
