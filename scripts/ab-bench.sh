@@ -2,6 +2,9 @@
 # Two builds of the server in the same run, on the benchmarks named (BENCHMARKS.md): each
 # benchmark script runs once per build and round, the builds alternating A B B A ..., with
 # the same benchmark clients (the `quiver-*` tools of the BASE build's release directory).
+# Sequential runs measure the machine's drift between them too: for TSBS and the rolling
+# windows, scripts/ab-tsbs.py and scripts/ab-window.sh run both builds at once and alternate
+# every request instead (BENCHMARKS.md, "The engine's floor").
 #
 # A and B are release directories holding a `quiver` binary (e.g. one built from the commit
 # before a change in a `git worktree`, copied aside, and this checkout's). Every output goes to
