@@ -176,8 +176,10 @@ async fn serve(config: Config) -> Result<(), ServeError> {
     token_sharing::take_over_before_serving(&store, data_dir)
         .map_err(|e| ServeError::Config(format!("cannot take over the writer's tokens: {e}")))?;
     let auth = start_auth(&config, data_dir)?;
-    let token_sharing = token_sharing::start(store.clone(), auth.tokens().clone())
-        .map_err(io_error("cannot start sharing the tokens".to_string()))?;
+    token_sharing::follow(&store, auth.tokens().clone())
+        .map_err(|e| ServeError::Config(format!("cannot follow the writer's tokens: {e}")))?;
+    let token_sharing = token_sharing::start_publishing(store.clone(), auth.tokens().clone())
+        .map_err(io_error("cannot start publishing the tokens".to_string()))?;
     let tls = start_tls(&config)?;
     let metrics = http::metrics::install().map_err(ServeError::Config)?;
     let state = Arc::new(AppState {

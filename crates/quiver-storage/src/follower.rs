@@ -8,6 +8,10 @@
 //! everything pending, and the time ranges of files a table gained or lost are pending again
 //! in its rollups (the engine recomputes them from the shared files, as the writer does).
 //!
+//! The same loop takes over the documents the writer publishes beside the catalog (its token
+//! file: [`crate::Store::publish`]) for whoever registered to apply them
+//! ([`Follower::follow_document`]), reading each at most every [`DOCUMENT_INTERVAL`].
+//!
 //! A query node must not answer from a catalog it cannot know to be current: while the
 //! newest version cannot be read (a garbage object) or the store has not answered for
 //! [`STALE_AFTER`], [`Follower::check_current`] fails and queries fail with it.
@@ -23,6 +27,7 @@ use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::database::{Database, DatabaseMap};
 use crate::limits::StoreLimits;
+use crate::options::SHARED_DIR;
 use crate::retention::RetentionPeriod;
 use crate::rollup_states::RollupStates;
 use crate::table::{next_version, ParquetFile, Table};
@@ -34,6 +39,23 @@ pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How long a query node answers after the store last answered it; past it, queries fail.
 pub const STALE_AFTER: Duration = Duration::from_secs(10);
+
+/// How often a query node reads a document the writer publishes again.
+pub const DOCUMENT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Applies a document the writer published, on a query node (what
+/// [`crate::Store::follow_published`] registers): called with its bytes whenever they change;
+/// an error is logged and the document read again at the next interval.
+pub type ApplyPublished = Box<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+
+/// A published document a follower applies as it changes.
+struct FollowedDocument {
+    name: String,
+    apply: ApplyPublished,
+    /// The bytes last applied.
+    applied: Option<bytes::Bytes>,
+    next_read: Instant,
+}
 
 /// What a query node knows about its following of the writer's catalog.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,6 +110,8 @@ pub(crate) struct Follower {
     /// The catalog applied.
     applied: Mutex<CatalogState>,
     status: Mutex<Status>,
+    /// The published documents followed.
+    documents: Mutex<Vec<FollowedDocument>>,
     stop: (Mutex<bool>, Condvar),
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The node's data directory's lock, held while the node runs.
@@ -138,6 +162,7 @@ impl Follower {
                 unreachable: None,
                 applied: 1,
             }),
+            documents: Mutex::new(Vec::new()),
             stop: (Mutex::new(false), Condvar::new()),
             thread: Mutex::new(None),
             _lock: lock,
@@ -202,6 +227,53 @@ impl Follower {
         };
         self.apply(state)?;
         Ok(true)
+    }
+
+    /// Applies the writer's document `name` (under the store's shared documents) with `apply`
+    /// now, then from the following loop whenever it changes.
+    pub(crate) fn follow_document(
+        &self,
+        name: &str,
+        apply: ApplyPublished,
+    ) -> Result<(), StorageError> {
+        let mut document = FollowedDocument {
+            name: name.to_string(),
+            apply,
+            applied: None,
+            next_read: Instant::now(),
+        };
+        self.read_document(&mut document)?;
+        self.documents.lock().push(document);
+        Ok(())
+    }
+
+    /// Reads `document` and applies it if it changed since it was last applied.
+    fn read_document(&self, document: &mut FollowedDocument) -> Result<(), StorageError> {
+        document.next_read = Instant::now() + DOCUMENT_INTERVAL;
+        let path = format!("{SHARED_DIR}/{}", document.name);
+        let Some(bytes) = self.data.get(&path)? else {
+            return Ok(());
+        };
+        if document.applied.as_ref() != Some(&bytes) {
+            (document.apply)(&bytes).map_err(|e| {
+                StorageError::Catalog(format!("cannot apply the writer's {}: {e}", document.name))
+            })?;
+            document.applied = Some(bytes);
+        }
+        Ok(())
+    }
+
+    /// Reads the documents whose interval has passed by `now` (a failure is logged, and the
+    /// document read again at the next interval).
+    pub(crate) fn follow_documents(&self, now: Instant) {
+        for document in self.documents.lock().iter_mut() {
+            if document.next_read > now {
+                continue;
+            }
+            if let Err(e) = self.read_document(document) {
+                tracing::warn!(error = %e, document = %document.name, "could not follow a document the writer published");
+            }
+        }
     }
 
     /// Makes `state` the catalog queries read (see the module documentation).
@@ -346,5 +418,6 @@ fn run_follower(follower: Weak<Follower>) {
         if let Err(e) = strong.check_now() {
             tracing::warn!(error = %e, "could not follow the writer's catalog");
         }
+        strong.follow_documents(Instant::now());
     }
 }

@@ -279,3 +279,42 @@ fn the_catalog_names_the_rollups_and_a_lost_rollup_directory_is_computed_again()
     let (store, _) = super::store_tests::open(dir.path());
     assert!(store.rollups().list().is_empty());
 }
+
+#[test]
+fn a_query_node_applies_the_writers_published_documents_as_they_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let writer = open(options(dir.path(), "writer", &shared, StoreAccess::Writer));
+    writer.publish("doc.json", "one".into()).unwrap();
+    let node = open(options(dir.path(), "node", &shared, StoreAccess::Follower));
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let into = seen.clone();
+    let apply: ApplyPublished = Box::new(move |bytes: &[u8]| match bytes {
+        b"refused" => Err("not applicable".to_string()),
+        _ => {
+            into.lock()
+                .push(String::from_utf8_lossy(bytes).into_owned());
+            Ok(())
+        }
+    });
+    // applied at once when registered
+    node.follow_published("doc.json", apply).unwrap();
+    assert_eq!(*seen.lock(), ["one"]);
+    let follower = node.follower.as_ref().unwrap();
+    let read_all_now = || follower.follow_documents(std::time::Instant::now() + DOCUMENT_INTERVAL);
+    // unchanged: not applied again; changed: applied once
+    read_all_now();
+    writer.publish("doc.json", "two".into()).unwrap();
+    read_all_now();
+    read_all_now();
+    assert_eq!(*seen.lock(), ["one", "two"]);
+    // a document the node cannot apply changes nothing and is tried again
+    writer.publish("doc.json", "refused".into()).unwrap();
+    read_all_now();
+    writer.publish("doc.json", "three".into()).unwrap();
+    read_all_now();
+    assert_eq!(*seen.lock(), ["one", "two", "three"]);
+    // the writer follows nothing (it publishes)
+    let nothing: ApplyPublished = Box::new(|_: &[u8]| panic!("a writer applies nothing"));
+    writer.follow_published("doc.json", nothing).unwrap();
+}

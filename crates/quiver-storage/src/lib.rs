@@ -81,7 +81,7 @@ pub use dedup::{
 };
 pub use error::StorageError;
 pub use file_entry::FileEntry;
-pub use follower::FollowStats;
+pub use follower::{ApplyPublished, FollowStats, DOCUMENT_INTERVAL};
 pub use latest::latest_rows;
 pub use limits::{
     validate_database_name, validate_table_name, StoreLimits, RESERVED_DATABASE_NAMES,
@@ -222,6 +222,17 @@ impl Store {
             return Ok(None);
         }
         self.data.get(&format!("{SHARED_DIR}/{name}"))
+    }
+
+    /// On a query node, applies the writer's document `name` (see [`Store::publish`]) with
+    /// `apply` now and then, from the loop that follows the catalog, whenever it changes
+    /// (read at most every [`DOCUMENT_INTERVAL`]); nothing to do on the writer or without a
+    /// shared store. Fails if the document cannot be read or applied now.
+    pub fn follow_published(&self, name: &str, apply: ApplyPublished) -> Result<(), StorageError> {
+        match &self.follower {
+            Some(follower) if self.data.is_shared() => follower.follow_document(name, apply),
+            _ => Ok(()),
+        }
     }
 
     /// Fails on a query node, which changes nothing: `what` names the refused change.
