@@ -32,31 +32,11 @@ from pathlib import Path
 
 import requests
 
+import benchlib
+
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 TIMEOUT_S = 600
-
-
-def start(binary: Path, data_dir: str, port: int) -> subprocess.Popen:
-    """`binary` serving `data_dir` on HTTP `port` (Flight SQL and PostgreSQL on the next two)."""
-    env = dict(os.environ,
-               QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
-               QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
-               QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
-               QUIVER_CACHE_ENABLED="false",
-               QUIVER_LOG_FILTER="warn")
-    server = subprocess.Popen(
-        [binary, "serve", "--data-dir", data_dir, "--http-addr", f"127.0.0.1:{port}",
-         "--flight-addr", f"127.0.0.1:{port + 1}", "--pg-addr", f"127.0.0.1:{port + 2}"],
-        env=env)
-    for _ in range(300):
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).ok:
-                return server
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    server.terminate()
-    raise RuntimeError(f"{binary} did not start on port {port} (its errors are above)")
 
 
 def load(tsbs: Path, url: str, rows: int) -> list[str]:
@@ -121,7 +101,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         try:
             for build, directory in (("A", args.a_dir), ("B", args.b_dir)):
-                servers.append(start(directory / "quiver", f"{work}/{build}", ports[build]))
+                servers.append(
+                    benchlib.start(f"{work}/{build}", directory / "quiver", ports[build]))
             statements = [load(tsbs, urls[build], args.rows) for build in urls]
             assert statements[0] == statements[1], "both loads give the same statements"
             shapes = [s for s in statements[0] if s != "SELECT 1"]
@@ -140,8 +121,7 @@ def main() -> None:
                       f"largest {max(ratios):.3f}")
         finally:
             for server in servers:
-                server.terminate()
-                server.wait()
+                benchlib.stop(server)
 
 
 if __name__ == "__main__":

@@ -79,9 +79,11 @@ def alternately(binaries: list[str], rounds: int, measure) -> dict[str, list]:
     return results
 
 
-def start(data_dir: str, binary: str | Path | None = None, **settings: str) -> subprocess.Popen:
+def start(data_dir: str, binary: str | Path | None = None, port: int | None = None,
+          **settings: str) -> subprocess.Popen:
     """A release server (or `binary`) on `data_dir` (result cache off, persisting only when
-    asked), with `settings` as QUIVER_* variables."""
+    asked), with `settings` as QUIVER_* variables: HTTP on ADDR, or, given `port` (for a
+    second server beside the first), HTTP, Flight SQL and PostgreSQL on it and the next two."""
     env = dict(os.environ,
                QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
                QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
@@ -89,17 +91,22 @@ def start(data_dir: str, binary: str | Path | None = None, **settings: str) -> s
                QUIVER_CACHE_ENABLED="false",
                QUIVER_LOG_FILTER="warn",
                **{f"QUIVER_{k.upper()}": v for k, v in settings.items()})
+    addr, listeners = ADDR, []
+    if port is not None:
+        addr = f"127.0.0.1:{port}"
+        listeners = ["--flight-addr", f"127.0.0.1:{port + 1}", "--pg-addr", f"127.0.0.1:{port + 2}"]
     server = subprocess.Popen(
-        [binary or RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", ADDR],
+        [binary or RELEASE / "quiver", "serve", "--data-dir", data_dir, "--http-addr", addr,
+         *listeners],
         env=env)
-    for _ in range(100):
+    for _ in range(300):
         try:
-            if requests.get(f"{URL}/health", timeout=1).ok:
+            if requests.get(f"http://{addr}/health", timeout=1).ok:
                 return server
         except requests.ConnectionError:
             time.sleep(0.1)
     stop(server)
-    raise RuntimeError(f"the server did not start on {ADDR} (exit code {server.returncode}; "
+    raise RuntimeError(f"the server did not start on {addr} (exit code {server.returncode}; "
                        "its errors are above)")
 
 
