@@ -219,6 +219,8 @@ def test_server_survives_bad_requests(quiver_url: str, baseline: list[Row]) -> N
 
     health = requests.get(f"{quiver_url}/health", timeout=HTTP_TIMEOUT_S)
     assert health.status_code == 200, f"/health answered {health.status_code}"
+    # the role the server was started with (the default), not one guessed from its store
+    assert health.json()["role"] == "all", health.json()
     assert select_rows(quiver_url, "baseline", ["host", "value", "count", "time"]) == baseline
     assert count_rows(quiver_url, "baseline") == len(baseline)
     assert not failures, "unexpected status codes:\n" + "\n".join(failures)
