@@ -5,7 +5,6 @@
 mod allocator;
 mod config;
 mod serve;
-mod token;
 mod token_sharing;
 
 use std::path::PathBuf;
@@ -36,7 +35,7 @@ enum Command {
     /// Print the effective configuration as TOML.
     Config(ServerArgs),
     /// Create, list or revoke tokens in a data directory (works offline).
-    Token(token::TokenArgs),
+    Token(quiver_client::cli::TokenArgs),
 }
 
 /// The settings `serve` and `config` accept on the command line.
@@ -55,6 +54,17 @@ impl ServerArgs {
     }
 }
 
+/// The data directory `quiver token` works on: `--data-dir`, else the configured one.
+fn token_data_dir(location: &quiver_client::cli::DataDirFlags) -> Result<PathBuf, String> {
+    let flags = FlagOverrides {
+        data_dir: location.data_dir.clone(),
+        ..FlagOverrides::default()
+    };
+    Config::load(location.config.as_deref(), std::env::vars(), &flags)
+        .map(|config| config.store.data_dir)
+        .map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -69,7 +79,8 @@ fn main() -> ExitCode {
         Command::Query(args) => quiver_client::cli::query(args),
         Command::Write(args) => quiver_client::cli::write(args),
         Command::Import(args) => quiver_client::cli::import(args),
-        Command::Token(args) => token::run(args),
+        Command::Token(args) => token_data_dir(&args.location)
+            .and_then(|data_dir| quiver_client::cli::token(args, &data_dir)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! `quiver query`, `quiver write` and `quiver import`: the `quiver` binary's client
-//! subcommands, built on [`Client`]. This module owns what they share (the server's address and
+//! subcommands, built on [`Client`]; and `quiver token`, which manages a data directory's
+//! tokens without a server ([`token()`]). This module owns what they share (the server's address and
 //! token as flags, the runtime their requests run on, error rendering) and `quiver query`;
 //! [`write()`] sends line protocol, [`import()`] Parquet and CSV files through the Arrow path,
 //! both with a progress bar. Each command prints its result on standard output and returns the
@@ -7,6 +8,7 @@
 
 mod import;
 mod progress;
+mod token;
 mod write;
 
 use std::future::Future;
@@ -18,6 +20,7 @@ use clap::Args;
 use crate::{Client, Response, CACHE_HEADER, DEFAULT_DATABASE, DEFAULT_HOST};
 
 pub use import::{import, ImportArgs};
+pub use token::{token, DataDirFlags, TokenArgs};
 pub use write::{write, WriteArgs};
 
 /// Which server the client subcommands talk to, and as whom (`--host`, `--token`).

@@ -1,17 +1,21 @@
 //! `quiver token`: creates, lists and revokes tokens in a data directory, without a running
 //! server (a running server sees the change at once: it re-reads the token file when a
 //! credential is not found). `create` prints the new token on standard output, once.
+//!
+//! Which data directory is the binary's to say (it reads the server's configuration):
+//! [`TokenArgs::location`] holds the flags, [`token()`] is handed the directory they name.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use quiver_auth::{Permission, TokenStore};
 
-use crate::config::{Config, FlagOverrides};
-
 /// Arguments of `quiver token`.
 #[derive(Debug, Args)]
 pub struct TokenArgs {
+    /// Where the tokens are (flags accepted after the action too).
+    #[command(flatten)]
+    pub location: DataDirFlags,
     #[command(subcommand)]
     action: TokenAction,
 }
@@ -29,57 +33,40 @@ enum TokenAction {
         /// A permission, `db:<name|*>:read|write` (repeat the flag for more).
         #[arg(long = "permission")]
         permissions: Vec<String>,
-        #[command(flatten)]
-        location: DataDir,
     },
     /// List tokens (names and permissions; secrets are never stored).
-    List {
-        #[command(flatten)]
-        location: DataDir,
-    },
+    List,
     /// Revoke a token: it stops working at once.
     Revoke {
         /// The token's name.
         #[arg(long)]
         name: String,
-        #[command(flatten)]
-        location: DataDir,
     },
 }
 
-/// Where the tokens are: `--data-dir`, else the configured data directory.
+/// Where the tokens are: `--data-dir`, else the data directory the configuration names.
 #[derive(Debug, Args)]
-struct DataDir {
+pub struct DataDirFlags {
     /// The server's data directory (default: the configured `data_dir`).
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
+    #[arg(long, global = true)]
+    pub data_dir: Option<PathBuf>,
     /// Configuration file (default: `$QUIVER_CONFIG`, else `./quiver.toml` if it exists).
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
 }
 
-impl DataDir {
-    fn open(self) -> Result<TokenStore, String> {
-        let flags = FlagOverrides {
-            data_dir: self.data_dir,
-            ..FlagOverrides::default()
-        };
-        let config = Config::load(self.config.as_deref(), std::env::vars(), &flags)
-            .map_err(|e| e.to_string())?;
-        let data_dir = std::path::absolute(&config.store.data_dir)
-            .map_err(|e| format!("data directory {}: {e}", config.store.data_dir.display()))?;
+/// Runs `quiver token` on the tokens of `data_dir` (the directory `args.location` names).
+pub fn token(args: TokenArgs, data_dir: &Path) -> Result<(), String> {
+    let open = || {
+        let data_dir = std::path::absolute(data_dir)
+            .map_err(|e| format!("data directory {}: {e}", data_dir.display()))?;
         TokenStore::open(&data_dir).map_err(|e| e.to_string())
-    }
-}
-
-/// Runs `quiver token`.
-pub fn run(args: TokenArgs) -> Result<(), String> {
+    };
     match args.action {
         TokenAction::Create {
             admin,
             name,
             permissions,
-            location,
         } => {
             let permissions = permissions
                 .iter()
@@ -101,8 +88,7 @@ pub fn run(args: TokenArgs) -> Result<(), String> {
                 None if admin => "admin".to_string(),
                 None => return Err("a scoped token needs --name".into()),
             };
-            let created = location
-                .open()?
+            let created = open()?
                 .create(&name, admin, &permissions)
                 .map_err(|e| e.to_string())?;
             eprintln!(
@@ -117,8 +103,8 @@ pub fn run(args: TokenArgs) -> Result<(), String> {
             println!("{}", created.secret);
             Ok(())
         }
-        TokenAction::List { location } => {
-            for token in location.open()?.list() {
+        TokenAction::List => {
+            for token in open()?.list() {
                 let grants = if token.admin {
                     "admin".to_string()
                 } else {
@@ -133,8 +119,8 @@ pub fn run(args: TokenArgs) -> Result<(), String> {
             }
             Ok(())
         }
-        TokenAction::Revoke { name, location } => {
-            location.open()?.revoke(&name).map_err(|e| e.to_string())?;
+        TokenAction::Revoke { name } => {
+            open()?.revoke(&name).map_err(|e| e.to_string())?;
             eprintln!(
                 "token {name:?} revoked (a running server on this data directory refuses it \
                  within {} ms, in open sessions too)",
