@@ -4,6 +4,9 @@
 - module circles: inside each crate, the modules that import one another in a circle (a
   strongly connected component of the `use crate::` / `super::` graph, doc comments and test
   modules aside); none may hold more than two files;
+- imports that run back up: the fewest imports (`use` paths) that must go for the modules
+  of each circle to stack in layers, each importing only from below (issue 54: at most 6 in
+  the engine crate);
 - long files: no Rust source file under `crates/*/src` over 1,000 lines, test modules aside
   (a `#[cfg(test)]` module at the end of a file, or a `tests.rs` / `*_tests.rs` file);
 - line counts per crate (all lines, and without test modules), for the record.
@@ -13,6 +16,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -45,13 +49,21 @@ def module_name(src: Path, path: Path) -> str:
 
 def module_graph(src: Path) -> dict[str, set[str]]:
     """Which module of the crate rooted at `src` imports which (test code and comments aside)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for (module, target), _ in import_counts(src).items():
+        edges[module].add(target)
+    return edges
+
+
+def import_counts(src: Path) -> dict[tuple[str, str], int]:
+    """How many import paths each module of the crate rooted at `src` names in each other one."""
     texts = {}
     for path in src.rglob("*.rs"):
         if is_test_file(path):
             continue
         texts[module_name(src, path)] = without_tests(path.read_text())
     modules = set(texts)
-    edges: dict[str, set[str]] = defaultdict(set)
+    counts: dict[tuple[str, str], int] = defaultdict(int)
     for module, text in texts.items():
         code = "\n".join(line for line in text.splitlines()
                          if not line.lstrip().startswith("//"))
@@ -70,9 +82,9 @@ def module_graph(src: Path) -> dict[str, set[str]]:
                 target = "::".join(segments[:end])
                 if target in modules:
                     if target != module and not module.startswith(target + "::"):
-                        edges[module].add(target)
+                        counts[(module, target)] += 1
                     break
-    return edges
+    return counts
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -114,6 +126,21 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def imports_back_up(counts: dict[tuple[str, str], int], circle: list[str]) -> int:
+    """The fewest import paths inside `circle` that run back up, over every order of its
+    modules in layers (exhaustive up to 7 modules; above that, the order they were listed in,
+    an upper bound)."""
+    inside = {pair: n for pair, n in counts.items() if pair[0] in circle and pair[1] in circle}
+
+    def upward(order: tuple[str, ...]) -> int:
+        layer = {module: i for i, module in enumerate(order)}
+        return sum(n for (a, b), n in inside.items() if layer[b] > layer[a])
+
+    if len(circle) > 7:
+        return upward(tuple(circle))
+    return min(upward(order) for order in itertools.permutations(circle))
+
+
 def report() -> dict:
     crates = {}
     long_files = []
@@ -130,10 +157,13 @@ def report() -> dict:
             without += code
             if code > MAX_FILE_LINES:
                 long_files.append({"file": str(path.relative_to(REPO)), "lines": code})
+        counts = import_counts(src)
+        found = circles(module_graph(src))
         crates[crate] = {
             "lines": total,
             "lines_without_tests": without,
-            "circles": circles(module_graph(src)),
+            "circles": found,
+            "imports_back_up": sum(imports_back_up(counts, circle) for circle in found),
         }
     return {"crates": crates, "long_files": long_files}
 
@@ -144,7 +174,8 @@ def main() -> int:
         print(json.dumps(result, indent=2))
     else:
         for crate, facts in result["crates"].items():
-            print(f"{crate:22} {facts['lines']:6} lines ({facts['lines_without_tests']} without tests)")
+            print(f"{crate:22} {facts['lines']:6} lines ({facts['lines_without_tests']} without tests),"
+                  f" {facts['imports_back_up']} imports back up")
             for circle in facts["circles"]:
                 print(f"    circle of {len(circle)}: {', '.join(circle)}")
         for long in result["long_files"]:

@@ -27,6 +27,16 @@ def test_no_crate_has_a_circle_of_more_than_two_modules() -> None:
     assert not any(wide.values()), wide
 
 
+def test_the_engine_has_few_imports_running_back_up_and_the_binary_only_wires() -> None:
+    """Issue 54's sizes: at most 6 imports inside the engine crate that run from a lower module
+    back up (16 before the redesign), at most 8,000 lines in it, at most 1,500 in the binary
+    (its tests included)."""
+    crates = layout()["crates"]
+    assert crates["quiver-query"]["imports_back_up"] <= 6, crates["quiver-query"]
+    assert crates["quiver-query"]["lines"] <= 8000, crates["quiver-query"]
+    assert crates["quiver-server"]["lines"] <= 1500, crates["quiver-server"]
+
+
 def test_no_source_file_is_over_a_thousand_lines_test_modules_aside() -> None:
     assert layout()["long_files"] == []
 
@@ -42,6 +52,11 @@ def test_the_check_sees_a_circle_where_there_is_one(tmp_path: Path) -> None:
     (src / "c.rs").write_text("// use crate::z::Z; (a comment is no import)\nuse crate::a::A;\n"
                               "pub struct C;\n#[cfg(test)]\nmod tests { use crate::b::B; }\n")
     assert check.circles(check.module_graph(src)) == [["a", "b", "c"]]
+    counts = check.import_counts(src)
+    assert check.imports_back_up(counts, ["a", "b", "c"]) == 1
+    (src / "b.rs").write_text("use crate::c::C;\nuse crate::a::{X, Y};\npub struct B;\n")
+    assert check.imports_back_up(check.import_counts(src), ["a", "b", "c"]) == 1
+    (src / "b.rs").write_text("use crate::c::C;\npub struct B;\n")
     (src / "c.rs").write_text("pub struct C;\n")
     assert check.circles(check.module_graph(src)) == []
 

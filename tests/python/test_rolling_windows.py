@@ -80,7 +80,7 @@ def test_sliding_windows_reuse_parts_and_stay_exact(spawn_quiver: Spawn, tmp_pat
     settle_away_from_the_hour()
     # the README's command, logging every query's verdict (as the README shows how)
     server = readme_server(spawn_quiver, tmp_path,
-                           env={"QUIVER_LOG_FILTER": "quiver_cache=debug,info"})
+                           env={"QUIVER_LOG_FILTER": "quiver_service=debug,info"})
     now = time.time_ns() // MINUTE_NS * MINUTE_NS
     history = [now - m * MINUTE_NS for m in range(1, 5 * 60)]
     write_ok(server.http_url, DB, points(history, lambda t, h: (t // MINUTE_NS + h) % 100))

@@ -86,10 +86,10 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use moka::policy::EvictionPolicy;
 use prost::Message;
 use quiver_auth::{Authenticator, Caller, Presented};
-use quiver_cache::{Answer, AnswerBody, QueryInvocation, QueryRequest, QueryService};
 use quiver_model::{Classify, ErrorKind};
 use quiver_query::{GrantChecks, QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryParams};
+use quiver_service::{Answer, AnswerBody, QueryInvocation, QueryRequest, QueryService};
 use quiver_storage::Store;
 use serde::{Deserialize, Serialize};
 

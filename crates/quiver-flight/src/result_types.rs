@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow_flight::error::FlightError;
-use quiver_cache::EncodingKey;
+use quiver_service::EncodingKey;
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 

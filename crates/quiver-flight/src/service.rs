@@ -10,8 +10,8 @@ use arrow_flight::{
     Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo,
     SchemaResult, Ticket,
 };
-use quiver_cache::QueryRequest;
 use quiver_query::QueryParams;
+use quiver_service::QueryRequest;
 use serde::Deserialize;
 use tonic::{Request, Response, Status, Streaming};
 

@@ -16,7 +16,7 @@ use arrow::ipc::writer::StreamWriter;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use quiver_cache::EncodingKey;
+use quiver_service::EncodingKey;
 
 /// A result format; also the key a cached answer keeps its encoded body under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

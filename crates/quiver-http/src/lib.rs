@@ -33,8 +33,8 @@ use axum::routing::{delete, get, post};
 use axum::{middleware, Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use quiver_auth::Authenticator;
-use quiver_cache::QueryService;
 use quiver_model::RequestLimits;
+use quiver_service::QueryService;
 use quiver_storage::Store;
 
 pub use error::{status_of, ApiError};

@@ -28,9 +28,9 @@ use axum::Extension;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 use quiver_auth::Caller;
-use quiver_cache::{AnswerBody, CachedAnswer, QueryInvocation, QueryRequest};
 use quiver_query::{QueryControl, QueryProtocol};
 use quiver_query::{QueryError, QueryOutput, QueryParams};
+use quiver_service::{AnswerBody, CachedAnswer, QueryInvocation, QueryRequest};
 use serde::Deserialize;
 use serde_json::Value;
 

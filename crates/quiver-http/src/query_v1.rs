@@ -25,10 +25,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures::TryStreamExt;
 use quiver_auth::Caller;
-use quiver_cache::{AnswerBody, QueryInvocation, Verdict};
 use quiver_influxql::ast::Statement;
 use quiver_influxql::plan::{MEASUREMENT_COLUMN, ROLE_METADATA_KEY, TAG_ROLE};
 use quiver_query::{QueryControl, QueryProtocol};
+use quiver_service::{AnswerBody, QueryInvocation, Verdict};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;

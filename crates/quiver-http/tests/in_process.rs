@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quiver_auth::{AuthSettings, Authenticator, TokenStore};
-use quiver_cache::{CacheConfig, QueryService};
 use quiver_http::AppState;
 use quiver_model::RequestLimits;
 use quiver_query::{QueryEngine, QueryOptions};
+use quiver_service::{CacheConfig, QueryService};
 use quiver_storage::{Store, StoreLimits, StoreOptions};
 use serde_json::Value;
 

@@ -40,10 +40,10 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use quiver_auth::{Authenticator, Caller};
-use quiver_cache::{AnswerBody, CachedAnswer, QueryInvocation, QueryService};
 use quiver_query::statement_limits::parse_bounded;
 use quiver_query::{GrantChecks, QueryControl, QueryProtocol};
 use quiver_query::{QueryAnalysis, QueryError, QueryParams};
+use quiver_service::{AnswerBody, CachedAnswer, QueryInvocation, QueryService};
 use rust_decimal::Decimal;
 
 use super::cancel::{CancelSignal, Registration};

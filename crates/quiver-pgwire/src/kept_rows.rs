@@ -11,7 +11,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use pgwire::api::portal::Format;
 use pgwire::api::results::FieldFormat;
 use pgwire::messages::data::DataRow;
-use quiver_cache::EncodingKey;
+use quiver_service::EncodingKey;
 
 /// The key a cached answer keeps its rows under: whether each column is sent in binary.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,7 @@ mod table_visibility;
 use std::sync::Arc;
 
 use quiver_auth::Authenticator;
-use quiver_cache::QueryService;
+use quiver_service::QueryService;
 use quiver_storage::Store;
 use tokio::net::TcpListener;
 

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use quiver_auth::{AuthMode, AuthSettings, Authenticator, TokenStore};
-use quiver_cache::{CacheConfig, QueryService};
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_pgwire::PgServer;
 use quiver_query::{QueryEngine, QueryOptions};
+use quiver_service::{CacheConfig, QueryService};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 
 /// A server on a free port over a store in `dir` holding `lines` in database `m`, persisted;

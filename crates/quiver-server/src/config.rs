@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use quiver_auth::AuthSettings;
-use quiver_cache::CacheConfig;
 use quiver_model::RequestLimits;
 use quiver_query::QueryOptions;
+use quiver_service::CacheConfig;
 use quiver_storage::{StoreAccess, StoreLimits, StoreOptions};
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};

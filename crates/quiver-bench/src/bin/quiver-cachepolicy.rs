@@ -1,5 +1,5 @@
 //! Chooses the result cache's admission policy with a measurement: replays one request trace
-//! against moka with TinyLFU admission (what `quiver-cache` uses) and with plain LRU, same
+//! against moka with TinyLFU admission (what `quiver-service` uses) and with plain LRU, same
 //! byte weights and capacities, and reports hit ratios.
 //!
 //! The trace mimics a dashboard server: most requests repeat a set of queries whose popularity

@@ -1,4 +1,7 @@
-//! `quiver-cache` answers repeated queries from memory and is never stale.
+//! `quiver-service` is the query front door every protocol calls ([`QueryService`]): it
+//! takes a SQL or InfluxQL statement with its caller and settings, answers `SHOW DATABASES`
+//! per caller, and runs the rest through the engine behind a result cache that answers
+//! repeated queries from memory and is never stale.
 //!
 //! A cached answer is keyed by everything that determines it: the canonical query text (see
 //! [`quiver_query::canonical_sql`]), the bound parameters, the database, the session's

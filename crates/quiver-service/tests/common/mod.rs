@@ -9,11 +9,11 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::TryStreamExt;
-use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_model::AccessScope;
 use quiver_query::{QueryEngine, QueryOptions, QueryParams, SessionSetup};
+use quiver_service::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 
 /// xorshift64*: deterministic, seedable, no dependency.

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Fixture, Rng};
-use quiver_cache::{CacheConfig, QueryRequest, Verdict};
 use quiver_query::QueryParams;
+use quiver_service::{CacheConfig, QueryRequest, Verdict};
 use quiver_storage::{CompactionScope, RetentionPeriod};
 
 const MINUTE: i64 = 60_000_000_000;

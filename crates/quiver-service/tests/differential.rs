@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use common::{Fixture, Rng};
 use datafusion::common::ScalarValue;
-use quiver_cache::{CacheConfig, QueryRequest, Verdict};
 use quiver_query::QueryParams;
+use quiver_service::{CacheConfig, QueryRequest, Verdict};
 
 /// Acknowledged writes the run makes at least (the issue asks for 10,000)...
 const MIN_WRITES: usize = 10_000;

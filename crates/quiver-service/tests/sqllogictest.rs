@@ -23,11 +23,11 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use async_trait::async_trait;
 use futures::TryStreamExt;
-use quiver_cache::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
 use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
 use quiver_model::schema::NoExistingTables;
 use quiver_model::AccessScope;
 use quiver_query::{QueryEngine, QueryOptions};
+use quiver_service::{AnswerBody, CacheConfig, QueryRequest, QueryService, Verdict};
 use quiver_storage::{Durability, Store, StoreLimits, StoreOptions};
 use sqllogictest::{DBOutput, DefaultColumnType};
 

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use common::Fixture;
 use datafusion::common::ScalarValue;
-use quiver_cache::{
-    AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict, MAX_ENCODINGS_PER_ENTRY,
-};
 use quiver_query::QueryControl;
 use quiver_query::QueryParams;
+use quiver_service::{
+    AnswerBody, CacheConfig, EncodingKey, QueryRequest, Verdict, MAX_ENCODINGS_PER_ENTRY,
+};
 
 fn config() -> CacheConfig {
     CacheConfig {
