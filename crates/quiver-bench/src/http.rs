@@ -48,15 +48,39 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = usize>,
 {
-    let rows = query().await;
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let started = Instant::now();
-        query().await;
-        samples.push(started.elapsed().as_secs_f64() * 1e3);
+    let boxed: TimedQuery<'_> = Box::new(|| Box::pin(query()));
+    timed_alternating(runs, &[boxed]).await[0]
+}
+
+/// One question [`timed_alternating`] asks: a request whose answer's row count it returns.
+pub type TimedQuery<'a> =
+    Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = usize> + 'a>> + 'a>;
+
+/// Each query's median milliseconds over `runs` runs and its row count, the queries asked in
+/// turn within every run (the first run starting from the first query, the next from the
+/// second, ...) after one warm-up each: what the machine does meanwhile weighs on all alike.
+pub async fn timed_alternating(runs: usize, queries: &[TimedQuery<'_>]) -> Vec<(f64, usize)> {
+    let mut rows = Vec::with_capacity(queries.len());
+    for query in queries {
+        rows.push(query().await);
     }
-    samples.sort_by(f64::total_cmp);
-    (samples[samples.len() / 2], rows)
+    let mut samples = vec![Vec::with_capacity(runs); queries.len()];
+    for run in 0..runs {
+        for turn in 0..queries.len() {
+            let which = (run + turn) % queries.len();
+            let started = Instant::now();
+            queries[which]().await;
+            samples[which].push(started.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    samples
+        .into_iter()
+        .zip(rows)
+        .map(|(mut ms, rows)| {
+            ms.sort_by(f64::total_cmp);
+            (ms[ms.len() / 2], rows)
+        })
+        .collect()
 }
 
 /// Runs `sql` in `db` on the Quiver at `url` (result cache bypassed, `params` added) and

@@ -11,6 +11,11 @@
 //!    rollups on their table, alternating, several rounds: the load's wall time, and the time
 //!    until every rollup has caught up after it.
 //!
+//! With `--compare-url`, the routing benchmark loads the same rows and declares the same rollup
+//! on a second server (another build) and asks both every question, request by request in
+//! turn: each query's routed and raw answers on both, and second / first
+//! (`scripts/ab-rollup.sh`).
+//!
 //! ```sh
 //! quiver-rollupbench --quiver-url http://127.0.0.1:18286 --rows 1000000 --ingest-rows 500000
 //! ```
@@ -19,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quiver_bench::http::{post, quiver_rows, rfc3339, timed};
+use quiver_bench::http::{post, quiver_rows, rfc3339, timed_alternating, TimedQuery};
 use quiver_bench::metrics_payload;
 
 /// Rollups: routed vs raw answers, and the ingest cost of maintaining them.
@@ -28,6 +33,10 @@ struct Args {
     /// Quiver's HTTP base URL.
     #[arg(long, default_value = "http://127.0.0.1:8086")]
     quiver_url: String,
+    /// A second Quiver (another build) to load alike and compare with, request by request
+    /// (routing benchmark only).
+    #[arg(long)]
+    compare_url: Option<String>,
     /// Rows for the routing benchmark (100 hosts, ten seconds apart); 0 skips it.
     #[arg(long, default_value_t = 1_000_000)]
     rows: usize,
@@ -82,17 +91,22 @@ async fn run(args: Args) {
 
 async fn routing(client: &reqwest::Client, args: &Args) {
     let db = "rollups";
-    if !args.no_load {
-        let load_s = load(client, args, db, args.rows).await;
-        eprintln!("loaded {} rows in {load_s:.1} s", args.rows);
-        create_rollup(client, args, db, "cpu_10m", ROLLUP).await;
-        let caught_up = caught_up(client, args, db).await;
-        eprintln!("the rollup caught up {caught_up:.1} s after it was declared");
-    } else {
-        let caught_up = caught_up(client, args, db).await;
-        eprintln!("the rollup caught up {caught_up:.1} s after the restart");
+    let servers: Vec<&str> = std::iter::once(args.quiver_url.as_str())
+        .chain(args.compare_url.as_deref())
+        .collect();
+    for url in &servers {
+        if args.no_load {
+            let caught_up = caught_up(client, url, db).await;
+            eprintln!("{url}: the rollup caught up {caught_up:.1} s after the restart");
+            continue;
+        }
+        let load_s = load(client, url, db, args.rows).await;
+        eprintln!("{url}: loaded {} rows in {load_s:.1} s", args.rows);
+        create_rollup(client, url, db, "cpu_10m", ROLLUP).await;
+        let caught_up = caught_up(client, url, db).await;
+        eprintln!("{url}: the rollup caught up {caught_up:.1} s after it was declared");
     }
-    let rollup = rollups(client, args, db).await;
+    let rollup = rollups(client, &args.quiver_url, db).await;
     println!(
         "rollup cpu_10m: {} rows ({} bytes) for {} raw rows: {:.0}x fewer",
         rollup[0]["rows"],
@@ -102,14 +116,16 @@ async fn routing(client: &reqwest::Client, args: &Args) {
     );
     if args.no_load {
         println!("\n## as the server holds the rows");
-        compare(client, args, db).await;
+        compare(client, args, &servers, db).await;
         return;
     }
     println!("\n## fresh: rows still in the write buffer");
-    compare(client, args, db).await;
-    post(client, &format!("{}/api/v3/persist", args.quiver_url), "").await;
+    compare(client, args, &servers, db).await;
+    for url in &servers {
+        post(client, &format!("{url}/api/v3/persist"), "").await;
+    }
     println!("\n## persisted: rows in Parquet");
-    compare(client, args, db).await;
+    compare(client, args, &servers, db).await;
 }
 
 /// The dashboard queries: coarser buckets, fewer tags, tag filters, time ranges.
@@ -155,58 +171,104 @@ fn queries(args: &Args) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Times each query routed and raw, alternating; prints a table and the geometric mean.
-async fn compare(client: &reqwest::Client, args: &Args, db: &str) {
+/// Times each query routed and raw on every server, the requests in turn; prints a table and
+/// the geometric means (raw / routed on the first server; with a second, second / first).
+async fn compare(client: &reqwest::Client, args: &Args, servers: &[&str], db: &str) {
     println!("median of {} runs, ms", args.runs);
-    println!("| query | rows | raw | routed | raw / routed |\n|---|---:|---:|---:|---:|");
-    let mut log_sum = 0.0;
-    let queries = queries(args);
-    for (name, sql) in &queries {
-        let url = &args.quiver_url;
-        let (raw_ms, raw_rows) = timed(args.runs, || {
-            quiver_rows(client, url, db, sql, &[("use_rollups", "false")])
-        })
-        .await;
-        let (routed_ms, routed_rows) =
-            timed(args.runs, || quiver_rows(client, url, db, sql, &[])).await;
-        assert_eq!(raw_rows, routed_rows, "{name}: different answers");
-        let speedup = raw_ms / routed_ms;
-        log_sum += speedup.ln();
-        println!("| {name} | {routed_rows} | {raw_ms:.2} | {routed_ms:.2} | {speedup:.1}x |");
+    let compared = servers.len() > 1;
+    if compared {
+        println!(
+            "| query | rows | raw | routed | raw / routed | B raw | B routed | B / A raw | B / A routed |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+    } else {
+        println!("| query | rows | raw | routed | raw / routed |\n|---|---:|---:|---:|---:|");
     }
-    println!(
-        "geometric mean of raw / routed: {:.1}x",
-        (log_sum / queries.len() as f64).exp()
-    );
+    let queries = queries(args);
+    let mut log_sums = [0.0; 3];
+    for (name, sql) in &queries {
+        let mut asked: Vec<TimedQuery<'_>> = Vec::new();
+        for &url in servers {
+            asked.push(Box::new(move || {
+                Box::pin(quiver_rows(
+                    client,
+                    url,
+                    db,
+                    sql,
+                    &[("use_rollups", "false")],
+                ))
+            }));
+            asked.push(Box::new(move || {
+                Box::pin(quiver_rows(client, url, db, sql, &[]))
+            }));
+        }
+        let timings = timed_alternating(args.runs, &asked).await;
+        let rows = timings[1].1;
+        for (i, (_, answered)) in timings.iter().enumerate() {
+            assert_eq!(*answered, rows, "{name}: different answers ({i})");
+        }
+        let (raw_ms, routed_ms) = (timings[0].0, timings[1].0);
+        log_sums[0] += (raw_ms / routed_ms).ln();
+        print!(
+            "| {name} | {rows} | {raw_ms:.2} | {routed_ms:.2} | {:.1}x |",
+            raw_ms / routed_ms
+        );
+        if compared {
+            let (b_raw_ms, b_routed_ms) = (timings[2].0, timings[3].0);
+            log_sums[1] += (b_raw_ms / raw_ms).ln();
+            log_sums[2] += (b_routed_ms / routed_ms).ln();
+            print!(
+                " {b_raw_ms:.2} | {b_routed_ms:.2} | {:.3} | {:.3} |",
+                b_raw_ms / raw_ms,
+                b_routed_ms / routed_ms
+            );
+        }
+        println!();
+    }
+    let mean = |sum: f64| (sum / queries.len() as f64).exp();
+    println!("geometric mean of raw / routed: {:.1}x", mean(log_sums[0]));
+    if compared {
+        println!(
+            "geometric mean of B / A: raw {:.3}, routed {:.3}",
+            mean(log_sums[1]),
+            mean(log_sums[2])
+        );
+    }
 }
 
 /// Writes `rows` TSBS rows into `db`, in requests of [`BATCH_LINES`]; the wall time.
-async fn load(client: &reqwest::Client, args: &Args, db: &str, rows: usize) -> f64 {
+async fn load(client: &reqwest::Client, quiver_url: &str, db: &str, rows: usize) -> f64 {
     let rounds_per_batch = (BATCH_LINES / HOSTS) as i64;
     let started = Instant::now();
     for k in 0..rows.div_ceil(BATCH_LINES) {
         let lines = BATCH_LINES.min(rows - k * BATCH_LINES);
         let start = START_NS + k as i64 * rounds_per_batch * STEP_S * 1_000_000_000;
         let body = metrics_payload(HOSTS, lines, start, k as u64 + 1);
-        let url = format!("{}/api/v3/write_lp?db={db}&precision=ns", args.quiver_url);
+        let url = format!("{quiver_url}/api/v3/write_lp?db={db}&precision=ns");
         post(client, &url, &body).await;
     }
     started.elapsed().as_secs_f64()
 }
 
-async fn create_rollup(client: &reqwest::Client, args: &Args, db: &str, name: &str, sql: &str) {
+async fn create_rollup(
+    client: &reqwest::Client,
+    quiver_url: &str,
+    db: &str,
+    name: &str,
+    sql: &str,
+) {
     let body = serde_json::json!({ "db": db, "name": name, "sql": sql }).to_string();
     post(
         client,
-        &format!("{}/api/v3/configure/rollup", args.quiver_url),
+        &format!("{quiver_url}/api/v3/configure/rollup"),
         &body,
     )
     .await;
 }
 
-async fn rollups(client: &reqwest::Client, args: &Args, db: &str) -> Vec<serde_json::Value> {
+async fn rollups(client: &reqwest::Client, quiver_url: &str, db: &str) -> Vec<serde_json::Value> {
     let body = client
-        .get(format!("{}/api/v3/configure/rollup", args.quiver_url))
+        .get(format!("{quiver_url}/api/v3/configure/rollup"))
         .query(&[("db", db)])
         .send()
         .await
@@ -218,10 +280,10 @@ async fn rollups(client: &reqwest::Client, args: &Args, db: &str) -> Vec<serde_j
 }
 
 /// Seconds until every rollup of `db` is ready with nothing closed waiting.
-async fn caught_up(client: &reqwest::Client, args: &Args, db: &str) -> f64 {
+async fn caught_up(client: &reqwest::Client, quiver_url: &str, db: &str) -> f64 {
     let started = Instant::now();
     loop {
-        let list = rollups(client, args, db).await;
+        let list = rollups(client, quiver_url, db).await;
         let done = list
             .iter()
             .all(|r| r["state"] == "ready" && r["lag_seconds"].as_f64() == Some(0.0));
@@ -253,11 +315,11 @@ async fn ingest(client: &reqwest::Client, args: &Args) {
                 .take(count)
                 .enumerate()
             {
-                create_rollup(client, args, &db, &format!("r{i}"), sql).await;
+                create_rollup(client, &args.quiver_url, &db, &format!("r{i}"), sql).await;
             }
-            caught_up(client, args, &db).await;
-            let load_s = load(client, args, &db, args.ingest_rows).await;
-            let after_s = caught_up(client, args, &db).await;
+            caught_up(client, &args.quiver_url, &db).await;
+            let load_s = load(client, &args.quiver_url, &db, args.ingest_rows).await;
+            let after_s = caught_up(client, &args.quiver_url, &db).await;
             let rate = args.ingest_rows as f64 / load_s;
             let base = *baseline.get_or_insert(load_s);
             println!(
