@@ -556,3 +556,50 @@ async fn no_routed_answer_misses_a_write_acknowledged_before_the_query() {
         .sum();
     assert_eq!(total, 1440 + 1000);
 }
+
+/// A routed query merges only the states it asks for, and the remainder read from raw rows
+/// computes only those (the scan's projection reaches its aggregate): a rollup keeping four
+/// states, asked for one over a range its buckets do not align with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remainder_computes_only_the_states_the_query_merges() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, engine) = open(dir.path());
+    let history: String = (0..600)
+        .map(|m| {
+            let time = START + m * MINUTE;
+            format!("gauge,writer=w{} a={m},b={m},c={m} {time}\n", m % 3)
+        })
+        .collect();
+    write(&store, &history).await;
+    engine
+        .rollups()
+        .create(
+            "db",
+            "gauge_1h",
+            "SELECT date_bin(INTERVAL '1 hour', time) AS time, writer, max(a) AS top, \
+             min(b) AS bottom, sum(c) AS total, count(*) AS n FROM gauge GROUP BY 1, 2",
+        )
+        .await
+        .unwrap();
+    caught_up(&engine).await;
+    let sql = "SELECT writer, max(a) AS top FROM gauge \
+               WHERE time > TIMESTAMP '2024-01-01T00:00:00Z' + INTERVAL '90 minutes' \
+               GROUP BY writer ORDER BY writer";
+    let plan = explain(&engine, sql).await;
+    assert!(plan.contains("rollup gauge_1h: used"), "{plan}");
+    let remainder: Vec<&str> = plan
+        .lines()
+        .filter(|line| line.contains("AggregateExec") && line.contains("date_bin"))
+        .collect();
+    assert!(!remainder.is_empty(), "no remainder aggregate in\n{plan}");
+    for line in remainder {
+        assert!(line.contains("max(gauge.a)"), "{line}");
+        for unasked in ["min(gauge.b)", "sum(gauge.c)", "count(1)"] {
+            assert!(!line.contains(unasked), "{unasked} computed in {line}");
+        }
+    }
+    let routed = rows(&engine, sql).await.unwrap();
+    let raw = rows_with(&engine, sql, &raw_only()).await.unwrap();
+    assert_eq!(routed, raw);
+    assert_eq!(routed.len(), 3);
+}

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::Column;
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::error::Result;
 use datafusion::logical_expr::utils::conjunction;
@@ -107,6 +108,19 @@ impl RollupPartials {
         Ok(Some(builder.project(columns)?.build()?))
     }
 
+    /// `plan` with only the states `projection` asks for, projected before it is planned, so
+    /// the remainder's aggregate computes only the states the query merges.
+    fn projected(&self, plan: LogicalPlan, projection: Option<&Vec<usize>>) -> Result<LogicalPlan> {
+        let Some(projection) = projection else {
+            return Ok(plan);
+        };
+        let columns: Vec<Expr> = projection
+            .iter()
+            .map(|&i| Expr::Column(Column::new_unqualified(self.schema.field(i).name())))
+            .collect();
+        LogicalPlanBuilder::from(plan).project(columns)?.build()
+    }
+
     /// The partial states of the raw rows of `remainder`. The scan reads only the rows of its
     /// ranges, not of their hull (the disjunction is a
     /// [`quiver_exec::time_filter::time_pieces`]).
@@ -182,11 +196,16 @@ impl TableProvider for RollupPartials {
         let remainder = Remainder::read(state, &self.base, snapshot, raw);
         let mut inputs = Vec::new();
         if let Some(kept) = self.kept_plan(rows, &covered)? {
+            let kept = self.projected(kept, projection)?;
             inputs.push(state.create_physical_plan(&kept).await?);
         }
-        let computed = self.raw_plan(&remainder)?;
+        let computed = self.projected(self.raw_plan(&remainder)?, projection)?;
         inputs.push(state.create_physical_plan(&computed).await?);
-        side_by_side(&self.schema, inputs, projection)
+        let schema = match projection {
+            Some(projection) => Arc::new(self.schema.project(projection)?),
+            None => self.schema.clone(),
+        };
+        side_by_side(&schema, inputs, None)
     }
 }
 
