@@ -49,6 +49,9 @@ def test_metrics_cover_every_layer_and_pass_promtool(spawn_quiver, quiver_bin: P
     for _ in range(2):
         assert query(server, "SELECT count(*) FROM cpu", headers, db=DB).status_code == 200
     assert query(server, "SELECT 1", {"Authorization": "Bearer qv_wrong"}).status_code == 401
+    before_persist = requests.get(f"{server.http_url}/metrics", headers=headers, timeout=10).text
+    assert sample(before_persist, "quiver_persist_lag_seconds") > 0
+    assert sample(before_persist, "quiver_write_buffer_bytes") > 0
     persist_response = requests.post(f"{server.http_url}/api/v3/persist", headers=headers,
                                      timeout=60)
     assert persist_response.status_code == 200
@@ -89,6 +92,13 @@ def test_metrics_cover_every_layer_and_pass_promtool(spawn_quiver, quiver_bin: P
     assert sample(text, "quiver_wal_fsyncs_total") >= 1
     assert sample(text, "quiver_persist_total") >= 1
     assert sample(text, "quiver_persist_rows_total") == 2
+    # the buffer's fill against its thresholds, and the persist lag (nothing unpersisted now)
+    assert sample(text, "quiver_write_buffer_persist_bytes") > 0
+    assert (sample(text, "quiver_write_buffer_limit_bytes")
+            >= sample(text, "quiver_write_buffer_persist_bytes"))
+    assert sample(text, "quiver_persist_lag_seconds") == 0
+    assert sample(text, "quiver_write_buffer_waits_total") == 0
+    assert sample(text, "quiver_write_buffer_waited_seconds") == 0
     assert sample(text, "quiver_result_cache_hits_total") >= 1
     assert sample(text, "quiver_result_cache_misses_total") >= 1
     assert sample(text, "quiver_chunk_cache_bytes") >= 0

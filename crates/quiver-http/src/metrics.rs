@@ -91,6 +91,10 @@ fn describe() {
         ),
         ("quiver_persist_failures_total", "Failed persists."),
         (
+            "quiver_write_buffer_waits_total",
+            "Writes that found the write buffer full and waited for a persist.",
+        ),
+        (
             "quiver_persist_files_total",
             "Parquet files written by persists.",
         ),
@@ -176,6 +180,22 @@ fn describe() {
             "quiver_write_buffer_bytes",
             "Bytes in the write buffer, not yet persisted.",
         ),
+        (
+            "quiver_write_buffer_persist_bytes",
+            "The write buffer's size at which a persist starts (persist_buffer_bytes).",
+        ),
+        (
+            "quiver_write_buffer_limit_bytes",
+            "The write buffer's size at which writes wait for a persist (max_buffer_bytes).",
+        ),
+        (
+            "quiver_persist_lag_seconds",
+            "How long the oldest acknowledged write not yet in Parquet has waited (0: none).",
+        ),
+        (
+            "quiver_write_buffer_waited_seconds",
+            "Seconds writes have waited for buffer space since start, summed.",
+        ),
         ("quiver_parquet_files", "Parquet files the catalog names."),
         (
             "quiver_persist_failing",
@@ -260,6 +280,12 @@ fn record_layer_stats(app: &AppState) {
         counter!("quiver_persist_rows_total").absolute(persist.rows);
         counter!("quiver_persist_bytes_total").absolute(persist.bytes);
         gauge!("quiver_write_buffer_bytes").set(persist.buffered_bytes as f64);
+        gauge!("quiver_write_buffer_persist_bytes").set(persist.persist_at_bytes as f64);
+        gauge!("quiver_write_buffer_limit_bytes").set(persist.buffer_limit_bytes as f64);
+        let lag = persist.unpersisted_for.unwrap_or_default();
+        gauge!("quiver_persist_lag_seconds").set(lag.as_secs_f64());
+        counter!("quiver_write_buffer_waits_total").absolute(persist.write_waits);
+        gauge!("quiver_write_buffer_waited_seconds").set(persist.write_wait_time.as_secs_f64());
         gauge!("quiver_persist_failing").set(u8::from(persist.last_error.is_some()) as f64);
         gauge!("quiver_catalog_version").set(persist.catalog_version as f64);
     }

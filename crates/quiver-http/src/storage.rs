@@ -77,6 +77,11 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
             "parquet_bytes": p.bytes,
             "failures": p.failures,
             "buffered_bytes": p.buffered_bytes,
+            "persist_at_bytes": p.persist_at_bytes,
+            "buffer_limit_bytes": p.buffer_limit_bytes,
+            "lag_seconds": p.unpersisted_for.unwrap_or_default().as_secs_f64(),
+            "write_waits": p.write_waits,
+            "write_waited_seconds": p.write_wait_time.as_secs_f64(),
         })
     });
     let chunk_cache =

@@ -30,7 +30,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use quiver_wal::Wal;
@@ -84,6 +84,17 @@ pub struct PersistStats {
     pub last_error: Option<String>,
     /// The catalog's version (how many times it was stored).
     pub catalog_version: u64,
+    /// The buffer size at which a persist starts (`persist_buffer_bytes`).
+    pub persist_at_bytes: usize,
+    /// The buffer size at which writes wait for a persist (`max_buffer_bytes`).
+    pub buffer_limit_bytes: usize,
+    /// How long the oldest acknowledged write not yet in a Parquet file has waited (the
+    /// persist lag); `None` when every acknowledged write is persisted.
+    pub unpersisted_for: Option<Duration>,
+    /// Writes that found the buffer full and waited for a persist to make room.
+    pub write_waits: u64,
+    /// The time those writes waited, summed.
+    pub write_wait_time: Duration,
 }
 
 /// The Parquet side of a durable store (see the module documentation).
@@ -99,6 +110,9 @@ pub(crate) struct Persister {
     pub(crate) running: Mutex<Option<DataDirLock>>,
     /// The last persist's error, cleared by the next success.
     last_error: Mutex<Option<String>>,
+    /// When the oldest write of the rows a running persist froze was applied (`None` when
+    /// no persist runs): with the buffer's oldest unfrozen write, the persist lag.
+    persisting_since: Mutex<Option<Instant>>,
     stats: Mutex<PersistStats>,
     pub(crate) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Compaction's planner state and counters.
@@ -135,6 +149,7 @@ impl Persister {
             catalog: Mutex::new(catalog),
             running: Mutex::new(Some(lock)),
             last_error: Mutex::new(None),
+            persisting_since: Mutex::new(None),
             stats: Mutex::new(PersistStats::default()),
             thread: Mutex::new(None),
             compactor: Arc::new(Compactor::new(compaction)),
@@ -160,12 +175,22 @@ impl Persister {
         self.wal.get()
     }
 
-    /// Counters since start, with the bytes buffered now.
+    /// Counters since start, with the bytes buffered now, the buffer's thresholds and the
+    /// persist lag.
     pub(crate) fn stats(&self) -> PersistStats {
+        let unfrozen = self.buffer.gate.lock().oldest;
+        let frozen = *self.persisting_since.lock();
         PersistStats {
             buffered_bytes: self.buffer.bytes.load(Ordering::Acquire),
             last_error: self.last_error.lock().clone(),
             catalog_version: self.catalog.lock().version,
+            persist_at_bytes: self.options.persist_bytes,
+            buffer_limit_bytes: self.options.max_buffer_bytes,
+            unpersisted_for: frozen
+                .into_iter()
+                .chain(unfrozen)
+                .min()
+                .map(|t| t.elapsed()),
             ..self.stats.lock().clone()
         }
     }
@@ -208,24 +233,39 @@ impl Persister {
     /// persist failed (waiting could be forever, e.g. with a full disk).
     pub(crate) async fn wait_for_buffer_space(&self) -> Result<(), StorageError> {
         let limit = self.options.max_buffer_bytes;
+        let mut waiting_since = None;
         loop {
             let notified = self.buffer.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let buffered = self.buffer.bytes.load(Ordering::Acquire);
             if buffered < limit {
+                if let Some(since) = waiting_since {
+                    self.count_wait(since);
+                }
                 return Ok(());
             }
             if let Some(reason) = self.last_error.lock().clone() {
+                if let Some(since) = waiting_since {
+                    self.count_wait(since);
+                }
                 return Err(StorageError::BufferFull {
                     buffered,
                     limit,
                     reason,
                 });
             }
+            waiting_since.get_or_insert_with(Instant::now);
             self.buffer.wake_persister();
             notified.await;
         }
+    }
+
+    /// Counts a write that waited for buffer space since `since`.
+    fn count_wait(&self, since: Instant) {
+        let mut stats = self.stats.lock();
+        stats.write_waits += 1;
+        stats.write_wait_time += since.elapsed();
     }
 
     /// Persists everything buffered now to Parquet and updates the catalog; returns what it
@@ -271,11 +311,12 @@ impl Persister {
                 self.buffer
                     .notify_rows_moved(frozen.iter().map(|(_, rows)| &rows.table));
                 self.buffer.release(freed);
-                self.buffer
-                    .gate
-                    .lock()
-                    .oldest
-                    .get_or_insert_with(Instant::now);
+                // the rows are buffered again, as old as they were
+                let since = self.persisting_since.lock().take();
+                let mut applied = self.buffer.gate.lock();
+                applied.oldest = applied.oldest.into_iter().chain(since).min();
+                applied.oldest.get_or_insert_with(Instant::now);
+                drop(applied);
                 self.stats.lock().failures += 1;
                 *self.last_error.lock() = Some(e.to_string());
                 self.buffer.space.notify_waiters();
@@ -355,11 +396,12 @@ impl Persister {
             .flat_map(|db| db.tables().into_iter().map(|t| (db.name().to_string(), t)))
             .collect();
         tables.extend(self.buffer.dropping.lock().iter().cloned());
-        let frozen = tables
+        let frozen: Vec<_> = tables
             .into_iter()
             .filter_map(|(db, table)| table.freeze().map(|rows| (db, rows)))
             .collect();
-        applied.oldest = None;
+        let oldest = applied.oldest.take();
+        *self.persisting_since.lock() = oldest.filter(|_| !frozen.is_empty());
         (applied.seq, frozen, names)
     }
 
@@ -397,6 +439,7 @@ impl Persister {
             self.buffer.notify_rows_moved(std::iter::once(&rows.table));
         }
         *self.last_error.lock() = None;
+        *self.persisting_since.lock() = None;
         self.buffer.release(summary.buffer_bytes);
         if let Some(wal) = self.wal.get() {
             match wal.remove_segments_through(through_seq) {

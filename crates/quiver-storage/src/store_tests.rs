@@ -389,3 +389,46 @@ fn background_persistence_bounds_the_buffer() {
     assert_eq!(all_rows(&store, "m", "cpu").num_rows(), expected);
     store.close();
 }
+
+#[test]
+fn the_persist_lag_and_the_writes_that_waited_for_space_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(dir.path());
+    options.persist.persist_bytes = 1 << 30;
+    options.persist.max_age = std::time::Duration::from_secs(3600);
+    let limit = options.persist.max_buffer_bytes;
+    let (store, _) = Store::open(StoreLimits::default(), options).unwrap();
+    let stats = store.persist_stats().unwrap();
+    assert_eq!(stats.unpersisted_for, None, "{stats:?}");
+    assert_eq!(stats.persist_at_bytes, 1 << 30);
+    assert_eq!(stats.buffer_limit_bytes, limit);
+    write(&store, "m", "cpu,host=a v=1 1\n");
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    write(&store, "m", "cpu,host=a v=2 2\n");
+    // the lag counts from the oldest write not yet persisted, not the newest
+    let lag = store.persist_stats().unwrap().unpersisted_for.unwrap();
+    assert!(lag >= std::time::Duration::from_millis(30), "{lag:?}");
+    store.persist_now().unwrap();
+    let stats = store.persist_stats().unwrap();
+    assert_eq!(stats.unpersisted_for, None, "{stats:?}");
+    assert_eq!(stats.write_waits, 0);
+    store.close();
+
+    // a buffer smaller than one write: every write after the first waits for a persist
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = self::options(dir.path());
+    options.persist.persist_bytes = 1;
+    options.persist.max_buffer_bytes = 1;
+    let (store, _) = Store::open(StoreLimits::default(), options).unwrap();
+    for batch in 0..5 {
+        write(&store, "m", &format!("cpu,host=a v={batch} {batch}\n"));
+    }
+    let stats = store.persist_stats().unwrap();
+    assert!(stats.write_waits >= 1, "{stats:?}");
+    assert!(
+        stats.write_wait_time > std::time::Duration::ZERO,
+        "{stats:?}"
+    );
+    assert_eq!(all_rows(&store, "m", "cpu").num_rows(), 5);
+    store.close();
+}
