@@ -21,8 +21,11 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 /// A run of rows of one group: `start..end` in the batch, and the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run {
+    /// The run's first row in the batch.
     pub start: usize,
+    /// One past the run's last row.
     pub end: usize,
+    /// The group (its index among the accumulator's groups) every row of the run is in.
     pub group: usize,
 }
 
