@@ -80,14 +80,15 @@ def alternately(binaries: list[str], rounds: int, measure) -> dict[str, list]:
 
 
 def start(data_dir: str, binary: str | Path | None = None, port: int | None = None,
-          **settings: str) -> subprocess.Popen:
-    """A release server (or `binary`) on `data_dir` (result cache off, persisting only when
-    asked), with `settings` as QUIVER_* variables: HTTP on ADDR, or, given `port` (for a
-    second server beside the first), HTTP, Flight SQL and PostgreSQL on it and the next two."""
-    env = dict(os.environ,
-               QUIVER_PERSIST_BUFFER_BYTES=str(8 << 30),
-               QUIVER_MAX_BUFFER_BYTES=str(16 << 30),
-               QUIVER_PERSIST_MAX_AGE_SECS=str(86_400),
+          persist_held_off: bool = True, **settings: str) -> subprocess.Popen:
+    """A release server (or `binary`) on `data_dir` (result cache off; persisting only when
+    asked unless `persist_held_off` is false: then by the defaults' size and age), with
+    `settings` as QUIVER_* variables: HTTP on ADDR, or, given `port` (for a second server
+    beside the first), HTTP, Flight SQL and PostgreSQL on it and the next two."""
+    held_off = {"QUIVER_PERSIST_BUFFER_BYTES": str(8 << 30),
+                "QUIVER_MAX_BUFFER_BYTES": str(16 << 30),
+                "QUIVER_PERSIST_MAX_AGE_SECS": str(86_400)} if persist_held_off else {}
+    env = dict(os.environ, **held_off,
                QUIVER_CACHE_ENABLED="false",
                QUIVER_LOG_FILTER="warn",
                **{f"QUIVER_{k.upper()}": v for k, v in settings.items()})
