@@ -19,8 +19,8 @@ pub const SHARE_INTERVAL: Duration = Duration::from_secs(1);
 /// The token file's name among the shared documents.
 const SHARED_TOKENS: &str = "tokens.json";
 
-/// Makes `tokens` (of a query node) those of the writer's published file: `Ok(false)` if it
-/// published none yet or they already are.
+/// Makes `tokens` (of a query node) those of the writer's published file: `Ok(false)` if
+/// they already are.
 fn take_over(tokens: &TokenStore, published: &[u8]) -> Result<bool, String> {
     let changed = tokens.replace_all(published).map_err(|e| e.to_string())?;
     if changed {

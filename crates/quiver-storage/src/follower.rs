@@ -27,7 +27,7 @@ use crate::chunk_cache::ChunkCache;
 use crate::data_store::DataStore;
 use crate::database::{Database, DatabaseMap};
 use crate::limits::StoreLimits;
-use crate::options::SHARED_DIR;
+use crate::options::shared_document;
 use crate::retention::RetentionPeriod;
 use crate::rollup_states::RollupStates;
 use crate::table::{next_version, ParquetFile, Table};
@@ -250,8 +250,7 @@ impl Follower {
     /// Reads `document` and applies it if it changed since it was last applied.
     fn read_document(&self, document: &mut FollowedDocument) -> Result<(), StorageError> {
         document.next_read = Instant::now() + DOCUMENT_INTERVAL;
-        let path = format!("{SHARED_DIR}/{}", document.name);
-        let Some(bytes) = self.data.get(&path)? else {
+        let Some(bytes) = self.data.get(&shared_document(&document.name))? else {
             return Ok(());
         };
         if document.applied.as_ref() != Some(&bytes) {

@@ -105,8 +105,8 @@ pub use value_caches::{
 use buffer::{Buffer, Change};
 use database::DatabaseMap;
 use follower::Follower;
+use options::shared_document;
 pub(crate) use options::SHARED_DELETE_DELAY;
-use options::SHARED_DIR;
 use persister::Persister;
 
 /// All databases of one server, the write-ahead log that makes their writes durable, and
@@ -207,13 +207,13 @@ impl Store {
     }
 
     /// Stores `bytes` as the document `name` that query nodes read with
-    /// [`Store::published`] (under [`SHARED_DIR`]); nothing to do without a shared store.
+    /// [`Store::published`] (under `shared/`); nothing to do without a shared store.
     pub fn publish(&self, name: &str, bytes: bytes::Bytes) -> Result<(), StorageError> {
         self.writable("shared documents")?;
         if !self.data.is_shared() {
             return Ok(());
         }
-        self.data.put(&format!("{SHARED_DIR}/{name}"), bytes, false)
+        self.data.put(&shared_document(name), bytes, false)
     }
 
     /// The document `name` the writer published, if any (`None` without a shared store).
@@ -221,7 +221,7 @@ impl Store {
         if !self.data.is_shared() {
             return Ok(None);
         }
-        self.data.get(&format!("{SHARED_DIR}/{name}"))
+        self.data.get(&shared_document(name))
     }
 
     /// On a query node, applies the writer's document `name` (see [`Store::publish`]) with

@@ -22,6 +22,11 @@ pub(crate) const SHARED_DELETE_DELAY: Duration = Duration::from_secs(10 * 60);
 /// Where a shared store keeps the documents the writer shares with query nodes (the tokens).
 pub(crate) const SHARED_DIR: &str = "shared";
 
+/// Where the writer's published document `name` is in a shared store (under [`SHARED_DIR`]).
+pub(crate) fn shared_document(name: &str) -> String {
+    format!("{SHARED_DIR}/{name}")
+}
+
 /// How a store is opened: by the one writer of its data, or by a follower of the writer's
 /// catalog. The server derives it from its `role`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
