@@ -107,6 +107,29 @@ def test_tokens_are_created_listed_and_revoked_offline(quiver_bin: Path, tmp_pat
     assert "dash" not in run_cli(quiver_bin, "token", "list", "--data-dir", str(data_dir)).stdout
 
 
+def test_an_offline_token_on_the_readme_defaults_admits_its_holder(spawn_quiver, quiver_bin: Path,
+                                                                    tmp_path: Path) -> None:
+    """`quiver token create --admin` with no flags, in the directory the server then starts
+    in with no flags either: both find the relative ./quiver-data (the binary resolves the
+    directory from the configuration's defaults, the token command takes it). The data
+    directory flag may follow the action or precede it."""
+    created = subprocess.run([str(quiver_bin), "token", "create", "--admin"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60,
+                             env=environment_without_quiver_variables())
+    assert created.returncode == 0, created.stderr
+    admin = created.stdout.strip()
+    assert (tmp_path / "quiver-data" / "tokens.json").exists()
+    listed = run_cli(quiver_bin, "token", "--data-dir", str(tmp_path / "quiver-data"), "list")
+    assert listed.returncode == 0 and listed.stdout.startswith("admin\tadmin"), listed
+    server = spawn_quiver("--auth", "required", cwd=tmp_path)
+    written = requests.post(f"{server.http_url}/api/v3/write_lp", params={"db": DB},
+                            data="cpu v=1 1", headers=bearer(admin), timeout=HTTP_TIMEOUT_S)
+    assert written.status_code == 204, written.text
+    assert query(server, "SELECT count(*) AS n FROM cpu").status_code == 401
+    admitted = query(server, "SELECT count(*) AS n FROM cpu", bearer(admin))
+    assert admitted.status_code == 200 and admitted.json() == [{"n": 1}], admitted.text
+
+
 def test_http_needs_a_token_and_takes_every_spelling(secured) -> None:
     server, admin = secured
     assert requests.get(f"{server.http_url}/health", timeout=10).status_code == 200
