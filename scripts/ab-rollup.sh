@@ -17,10 +17,6 @@ RUNS=${4:-15}
 source scripts/quiver-server.sh
 bench=$B/quiver-rollupbench
 [[ -x "$bench" ]] || bench=$BIN/quiver-rollupbench
-quiver_binary=$A/quiver quiver_data=$work/a quiver_start 18686
-a_pid=$quiver_pid a_url=http://$QUIVER
-quiver_binary=$B/quiver quiver_data=$work/b quiver_start 18696
-b_url=http://$QUIVER
-trap 'kill $a_pid 2>/dev/null; _quiver_cleanup' EXIT
+quiver_start_two "$A" "$B" 18686
 echo "# $(date -u +%FT%TZ), $(nproc) cores, A=$A B=$B, $ROWS rows, $RUNS runs"
 $bench --quiver-url "$a_url" --compare-url "$b_url" --rows "$ROWS" --runs "$RUNS"

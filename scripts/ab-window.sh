@@ -16,11 +16,7 @@ REFRESHES=${3:-60}
 source scripts/quiver-server.sh
 bench=$B/quiver-windowbench
 [[ -x "$bench" ]] || bench=$BIN/quiver-windowbench
-quiver_binary=$A/quiver quiver_data=$work/a quiver_start 18586
-a_pid=$quiver_pid a_url=http://$QUIVER
-quiver_binary=$B/quiver quiver_data=$work/b quiver_start 18596
-b_url=http://$QUIVER
-trap 'kill $a_pid 2>/dev/null; _quiver_cleanup' EXIT
+quiver_start_two "$A" "$B" 18586
 echo "# $(date -u +%FT%TZ), $(nproc) cores, A=$A B=$B, $REFRESHES refreshes"
 echo "| dashboard | A computed whole p50 (ms) | B | B / A | A reused parts p50 (ms) | B | B / A | PARTIAL answers A / B |"
 echo "|---|---:|---:|---:|---:|---:|---:|---|"

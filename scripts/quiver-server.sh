@@ -6,6 +6,7 @@
 #                                                   # PostgreSQL on the two below it
 #   ... "http://$QUIVER" ...
 #   quiver_stop
+#   quiver_start_two A_DIR B_DIR 18586                # two builds side by side: $a_url, $b_url
 #
 # BIN is the release directory ($CARGO_TARGET_DIR/release, else ./target/release); the
 # server is $quiver_binary (default $BIN/quiver) on the data directory $quiver_data (default
@@ -41,4 +42,15 @@ quiver_stop() {
     kill "$quiver_pid"
     wait "$quiver_pid" 2>/dev/null || true
     quiver_pid=
+}
+
+# Two builds side by side, each on its own data directory and its defaults: the `quiver` of
+# $1 with HTTP on port $3, the `quiver` of $2 on $3 + 10; sets a_url and b_url, and stops the
+# first as well when the script exits (the second is quiver_start's own).
+quiver_start_two() {
+    quiver_binary=$1/quiver quiver_data=$work/a quiver_start "$3"
+    a_pid=$quiver_pid a_url=http://$QUIVER
+    quiver_binary=$2/quiver quiver_data=$work/b quiver_start "$(($3 + 10))"
+    b_url=http://$QUIVER
+    trap 'kill $a_pid 2>/dev/null; _quiver_cleanup' EXIT
 }
