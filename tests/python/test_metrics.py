@@ -99,6 +99,12 @@ def test_metrics_cover_every_layer_and_pass_promtool(spawn_quiver, quiver_bin: P
     assert sample(text, "quiver_persist_lag_seconds") == 0
     assert sample(text, "quiver_write_buffer_waits_total") == 0
     assert sample(text, "quiver_write_buffer_waited_seconds") == 0
+    assert sample(text, "quiver_write_buffer_refusals_total") == 0
+    # where persisting spent its time: a persist merged, encoded and stored one file
+    for step in ("merge", "encode", "store"):
+        assert sample(text, "quiver_persist_step_seconds", step=step) > 0, step
+    assert sample(text, "quiver_persist_step_seconds", step="read") == 0
+    assert sample(text, "quiver_compaction_step_seconds", step="encode") >= 0
     assert sample(text, "quiver_result_cache_hits_total") >= 1
     assert sample(text, "quiver_result_cache_misses_total") >= 1
     assert sample(text, "quiver_chunk_cache_bytes") >= 0

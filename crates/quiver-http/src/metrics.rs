@@ -95,6 +95,10 @@ fn describe() {
             "Writes that found the write buffer full and waited for a persist.",
         ),
         (
+            "quiver_write_buffer_refusals_total",
+            "Writes refused with 503 after waiting max_buffer_wait_secs for buffer space.",
+        ),
+        (
             "quiver_persist_files_total",
             "Parquet files written by persists.",
         ),
@@ -196,6 +200,15 @@ fn describe() {
             "quiver_write_buffer_waited_seconds",
             "Seconds writes have waited for buffer space since start, summed.",
         ),
+        (
+            "quiver_persist_step_seconds",
+            "Seconds persists spent in each step (merge, encode, store) since start, summed.",
+        ),
+        (
+            "quiver_compaction_step_seconds",
+            "Seconds compactions spent in each step (read, merge, encode, store) since start, \
+             summed.",
+        ),
         ("quiver_parquet_files", "Parquet files the catalog names."),
         (
             "quiver_persist_failing",
@@ -264,6 +277,18 @@ pub async fn scrape(State(app): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// Sets `name{step=…}` to the seconds spent in each step of writing files.
+fn record_step_times(name: &'static str, times: &quiver_storage::WriteTimes) {
+    for (step, seconds) in [
+        ("read", times.read_seconds),
+        ("merge", times.merge_seconds),
+        ("encode", times.encode_seconds),
+        ("store", times.store_seconds),
+    ] {
+        gauge!(name, "step" => step).set(seconds);
+    }
+}
+
 /// Sets the counters and gauges the layers keep themselves.
 fn record_layer_stats(app: &AppState) {
     let store = &app.store;
@@ -285,6 +310,8 @@ fn record_layer_stats(app: &AppState) {
         let lag = persist.unpersisted_for.unwrap_or_default();
         gauge!("quiver_persist_lag_seconds").set(lag.as_secs_f64());
         counter!("quiver_write_buffer_waits_total").absolute(persist.write_waits);
+        counter!("quiver_write_buffer_refusals_total").absolute(persist.write_refusals);
+        record_step_times("quiver_persist_step_seconds", &persist.times);
         gauge!("quiver_write_buffer_waited_seconds").set(persist.write_wait_time.as_secs_f64());
         gauge!("quiver_persist_failing").set(u8::from(persist.last_error.is_some()) as f64);
         gauge!("quiver_catalog_version").set(persist.catalog_version as f64);
@@ -301,6 +328,7 @@ fn record_layer_stats(app: &AppState) {
         counter!("quiver_compaction_files_in_total").absolute(compaction.done.files_in);
         counter!("quiver_compaction_bytes_out_total").absolute(compaction.done.bytes_out);
         gauge!("quiver_parquet_files").set(compaction.files as f64);
+        record_step_times("quiver_compaction_step_seconds", &compaction.times);
     }
     let chunks = store.chunk_cache().stats();
     counter!("quiver_chunk_cache_hits_total").absolute(chunks.hits);

@@ -82,6 +82,8 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Json<Value> {
             "lag_seconds": p.unpersisted_for.unwrap_or_default().as_secs_f64(),
             "write_waits": p.write_waits,
             "write_waited_seconds": p.write_wait_time.as_secs_f64(),
+            "write_refusals": p.write_refusals,
+            "times": p.times,
         })
     });
     let chunk_cache =

@@ -132,7 +132,7 @@ pub(super) fn query_error(e: &QueryError) -> PgWireError {
         QueryError::Governance(GovernanceError::Busy { .. }) => sqlstate::INSUFFICIENT_RESOURCES,
         QueryError::Governance(GovernanceError::Runtime(_)) => sqlstate::INTERNAL_ERROR,
         QueryError::Denied(denied) => access_code(denied.kind),
-        QueryError::Storage(e) if e.kind() == ErrorKind::Unavailable => {
+        QueryError::Storage(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Busy) => {
             sqlstate::CANNOT_CONNECT_NOW
         }
         QueryError::Storage(_) | QueryError::Internal(_) => sqlstate::INTERNAL_ERROR,

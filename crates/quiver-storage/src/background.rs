@@ -4,6 +4,10 @@
 //! their retention period, runs the merges that are due and deletes replaced files no query
 //! reads. Each holds the persister only while working, so dropping the store ends them too;
 //! [`Persister::close`] stops both (letting a running persist or merge finish), then the WAL.
+//! Both run at a lower priority than the request path (and so do the threads they start to
+//! encode files on): when the cores are busy, acknowledging writes and answering queries
+//! come first, and a buffer that fills up slows writes down (see
+//! [`Persister::wait_for_buffer_space`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -23,14 +27,20 @@ impl Persister {
         let buffer = self.buffer.clone();
         let handle = std::thread::Builder::new()
             .name("quiver-persist".into())
-            .spawn(move || run_persister(persister, buffer))
+            .spawn(move || {
+                lower_this_threads_priority();
+                run_persister(persister, buffer)
+            })
             .map_err(|e| StorageError::io(&self.data_dir, e))?;
         *self.thread.lock() = Some(handle);
         let persister = Arc::downgrade(self);
         let compactor = self.compactor.clone();
         let handle = std::thread::Builder::new()
             .name("quiver-maintain".into())
-            .spawn(move || run_maintainer(persister, compactor))
+            .spawn(move || {
+                lower_this_threads_priority();
+                run_maintainer(persister, compactor)
+            })
             .map_err(|e| StorageError::io(&self.data_dir, e))?;
         *self.compactor_thread.lock() = Some(handle);
         Ok(())
@@ -145,5 +155,27 @@ fn run_maintainer(persister: Weak<Persister>, compactor: Arc<Compactor>) {
                 Duration::from_secs(10)
             }
         };
+    }
+}
+
+/// The niceness of the background threads (and of the threads they start, which inherit it):
+/// under the scheduler's weights a thread at 10 gets about a tenth of a core that a request
+/// thread at 0 also wants, and all of an idle one.
+const BACKGROUND_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority to [`BACKGROUND_NICENESS`] (Linux: the
+/// niceness is per thread). Elsewhere, or if the system refuses, the thread keeps its
+/// priority: only speed under load depends on it.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority only reads its integer arguments; `0` is the calling thread.
+        let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICENESS) };
+        if result != 0 {
+            tracing::debug!(
+                error = %std::io::Error::last_os_error(),
+                "could not lower a background thread's priority"
+            );
+        }
     }
 }

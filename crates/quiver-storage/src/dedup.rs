@@ -53,8 +53,10 @@ pub(crate) fn sort_and_deduplicate_with_starts(
                 .zip(0u32..)
                 .map(|((&s, &t), row)| (s, t, row))
                 .collect();
-            // The row index as last key: rows with equal keys keep write order.
-            keyed.sort_unstable();
+            // The row index as last key: rows with equal keys keep write order. A stable
+            // sort finds the runs already in order (a merge's files, the buffer's sorted
+            // runs) and merges them instead of sorting them again.
+            keyed.sort();
             let order: Vec<u32> = keyed.iter().map(|k| k.2).collect();
             let groups: Vec<usize> = (0..keyed.len())
                 .filter(|&i| i == 0 || keyed[i - 1].0 != keyed[i].0 || keyed[i - 1].1 != keyed[i].1)

@@ -199,6 +199,17 @@ pub enum StorageError {
         /// The last persistence error.
         reason: String,
     },
+    /// The write buffer is full, persisting is running but has not made room within
+    /// `max_buffer_wait`: ingest outruns persisting. The write was not taken.
+    #[error("the write buffer is full ({buffered} of {limit} bytes, max_buffer_bytes) and persisting has not made room within max_buffer_wait_secs ({waited:?}): ingest outruns persisting; the write was not taken, retry it in a moment")]
+    BufferBusy {
+        /// Bytes buffered.
+        buffered: usize,
+        /// The configured maximum (`max_buffer_bytes`).
+        limit: usize,
+        /// How long the write waited (`max_buffer_wait_secs`).
+        waited: std::time::Duration,
+    },
 }
 
 impl StorageError {
@@ -241,6 +252,7 @@ impl Classify for StorageError {
             StorageError::AlreadyExists { .. } | StorageError::CompactionRunning => {
                 ErrorKind::Conflict
             }
+            StorageError::BufferBusy { .. } => ErrorKind::Busy,
             StorageError::NotFound { .. } => ErrorKind::NotFound,
             StorageError::TooManyColumns { .. }
             | StorageError::TooManyTables { .. }

@@ -89,7 +89,7 @@ pub use limits::{
 pub use memory::{data_bytes, retained_bytes};
 pub use open::OpenSummary;
 pub use options::{StoreAccess, StoreOptions, WAL_DIR};
-pub use parquet_write::{PersistOptions, TABLES_DIR};
+pub use parquet_write::{PersistOptions, WriteTimes, TABLES_DIR};
 pub use persister::{PersistStats, PersistSummary};
 pub use quiver_wal::{Durability, Recovery, ReplaySummary, WalError, WalOptions, WalStats};
 pub use retention::RetentionPeriod;

@@ -12,10 +12,11 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::take_record_batch;
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
@@ -63,10 +64,19 @@ pub struct PersistOptions {
     /// Rows per Parquet row group.
     #[serde(rename = "parquet_row_group_rows")]
     pub row_group_rows: usize,
-    /// Threads one persist writes tables and time partitions on (one table's merge and sort
-    /// run on one of them); 0 means one per core.
+    /// Writes wait at most this long (whole seconds) for a persist to make room below
+    /// `max_buffer_bytes`; then they fail with 503 and `Retry-After` (nothing is lost: an
+    /// unacknowledged write was not taken).
+    #[serde(rename = "max_buffer_wait_secs", with = "quiver_model::settings::secs")]
+    pub max_buffer_wait: Duration,
+    /// Threads one persist or compaction writes on: tables and time partitions in parallel,
+    /// and the columns of one file (one table's merge runs on one of them); 0 means one per
+    /// core. These threads run at a lower priority than the request path.
     #[serde(rename = "persist_threads")]
     pub threads: usize,
+    /// The zstd level of Parquet pages (1 to 22): higher is smaller and slower to write.
+    #[serde(rename = "parquet_zstd_level")]
+    pub zstd_level: i32,
     /// Writes a bloom filter per tag column and row group, so `tag = value` and `IN` skip row
     /// groups whose min/max statistics cannot rule the value out. Off by default: files are
     /// sorted by every tag, so page statistics already narrow a tag to a few pages, and the
@@ -83,7 +93,9 @@ impl Default for PersistOptions {
             max_age: Duration::from_secs(600),
             partition: Duration::from_secs(86_400),
             row_group_rows: 128 * 1024,
+            max_buffer_wait: Duration::from_secs(10),
             threads: 0,
+            zstd_level: 3,
             bloom_filters: false,
         }
     }
@@ -108,6 +120,12 @@ impl PersistOptions {
         }
         if self.row_group_rows == 0 {
             return Err("parquet_row_group_rows must be positive".into());
+        }
+        if ZstdLevel::try_new(self.zstd_level).is_err() {
+            return Err(format!(
+                "parquet_zstd_level must be between 1 and 22, got {}",
+                self.zstd_level
+            ));
         }
         Ok(())
     }
@@ -141,21 +159,99 @@ fn partition_label(start_ns: i64, partition_ns: i64) -> String {
     }
 }
 
+/// How files are written: the options, the chunk cache that keeps new files' columns (if
+/// any), where the time each step takes is counted, and how many threads may encode.
+#[derive(Clone, Copy)]
+pub(crate) struct WriteContext<'a> {
+    /// Compression, row groups, partitions.
+    pub options: &'a PersistOptions,
+    /// Keeps each new file's columns decoded, if given.
+    pub chunk_cache: Option<&'a ChunkCache>,
+    /// Counts the time of each step.
+    pub clock: &'a WriteClock,
+    /// Threads one file's columns are encoded on.
+    pub threads: usize,
+}
+
+/// The time a persist or a compaction spent in each step of writing files, summed since
+/// start (what `/metrics` reports per step).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct WriteTimes {
+    /// Reading the input files (compaction; 0 for a persist, whose rows are in memory).
+    pub read_seconds: f64,
+    /// Merging rows into series-then-time order and deduplicating them.
+    pub merge_seconds: f64,
+    /// Encoding and compressing Parquet (summed over the threads that did it at once).
+    pub encode_seconds: f64,
+    /// Storing the encoded files durably (fsync, or an upload).
+    pub store_seconds: f64,
+}
+
+/// Counts [`WriteTimes`] from several threads at once.
+#[derive(Debug, Default)]
+pub(crate) struct WriteClock {
+    read: AtomicU64,
+    merge: AtomicU64,
+    encode: AtomicU64,
+    store: AtomicU64,
+}
+
+/// A step of writing files, as [`WriteClock`] counts it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WriteStep {
+    Read,
+    Merge,
+    Encode,
+    Store,
+}
+
+impl WriteClock {
+    /// Runs `work`, counting its time as `step`.
+    pub(crate) fn time<T>(&self, step: WriteStep, work: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let result = work();
+        let counter = match step {
+            WriteStep::Read => &self.read,
+            WriteStep::Merge => &self.merge,
+            WriteStep::Encode => &self.encode,
+            WriteStep::Store => &self.store,
+        };
+        counter.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        result
+    }
+
+    /// The times counted so far.
+    pub(crate) fn times(&self) -> WriteTimes {
+        let seconds = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64 / 1e9;
+        WriteTimes {
+            read_seconds: seconds(&self.read),
+            merge_seconds: seconds(&self.merge),
+            encode_seconds: seconds(&self.encode),
+            store_seconds: seconds(&self.store),
+        }
+    }
+}
+
 /// Merges one table's frozen chunks and writes them as one Parquet file per time partition
-/// (fsynced, directory fsynced), partitions on up to `threads` threads. File ids are taken
-/// from `next_file_id` (shared by the tables one persist writes at once). On failure no file
-/// it wrote stays.
+/// (fsynced, directory fsynced), partitions on the context's threads and each file's columns
+/// on the threads the partitions leave. File ids are taken from `next_file_id` (shared by the
+/// tables one persist writes at once). On failure no file it wrote stays.
 pub(crate) fn write_table_files(
     data: &DataStore,
     table_dir: &str,
     frozen: &FrozenRows,
-    (options, chunk_cache): (&PersistOptions, &ChunkCache),
+    context: WriteContext<'_>,
     next_file_id: &AtomicU64,
-    threads: usize,
 ) -> Result<Vec<Arc<ParquetFile>>, StorageError> {
-    let sorted = merge_chunks(&frozen.schema, frozen.chunks.as_ref().clone())?;
-    let partitions = split_by_partition(&sorted, options.partition_ns())?;
-    drop(sorted);
+    let partitions = context.clock.time(WriteStep::Merge, || {
+        let sorted = merge_chunks(&frozen.schema, frozen.chunks.as_ref().clone())?;
+        split_by_partition(&sorted, context.options.partition_ns())
+    })?;
+    let threads = context.threads;
+    let per_file = WriteContext {
+        threads: (threads / partitions.len().max(1)).max(1),
+        ..context
+    };
     let written = in_parallel(partitions.len(), threads, |k| {
         let (start, rows) = &partitions[k];
         let file = NewFile {
@@ -164,7 +260,7 @@ pub(crate) fn write_table_files(
             id: next_file_id.fetch_add(1, Ordering::Relaxed),
             generation: 0,
         };
-        write_file(data, &file, rows, (options, Some(chunk_cache))).map(|written| [written])
+        write_file(data, &file, rows, per_file).map(|written| [written])
     });
     Ok(all_or_none(data, written)?.into_iter().flatten().collect())
 }
@@ -251,18 +347,23 @@ pub(crate) fn write_file(
     data: &DataStore,
     file: &NewFile<'_>,
     rows: &RecordBatch,
-    (options, chunk_cache): (&PersistOptions, Option<&ChunkCache>),
+    context: WriteContext<'_>,
 ) -> Result<Arc<ParquetFile>, StorageError> {
+    let options = context.options;
     let relative = format!(
         "{TABLES_DIR}/{}/{}/{:016}.parquet",
         file.table_dir,
         partition_label(file.partition_start_ns, options.partition_ns()),
         file.id
     );
-    let encoded = encode_parquet(rows, writer_properties(rows, options)?)?;
+    let encoded = context.clock.time(WriteStep::Encode, || {
+        encode_parquet(rows, writer_properties(rows, options)?, context.threads)
+    })?;
     let bytes = encoded.len() as u64;
     // ids are never reused: in a shared store, an object of that name is another writer's
-    data.put(&relative, encoded, data.is_shared())?;
+    context.clock.time(WriteStep::Store, || {
+        data.put(&relative, encoded, data.is_shared())
+    })?;
     let (min_time_ns, max_time_ns) =
         time_range(std::slice::from_ref(rows)).expect("a written file has rows");
     let written = Arc::new(ParquetFile {
@@ -278,7 +379,7 @@ pub(crate) fn write_file(
             arrow_bytes: crate::memory::data_bytes(rows) as u64,
         },
     });
-    if let Some(chunk_cache) = chunk_cache {
+    if let Some(chunk_cache) = context.chunk_cache {
         crate::decoded::keep_written_columns(&written, rows, chunk_cache);
     }
     Ok(written)
@@ -303,14 +404,46 @@ fn split_by_partition(
         .collect()
 }
 
-/// `batch` as a Parquet file written with `properties`, in memory.
+/// `batch` as a Parquet file written with `properties`, in memory: row groups one after the
+/// other, the columns of each encoded and compressed on up to `threads` threads.
 fn encode_parquet(
     batch: &RecordBatch,
     properties: WriterProperties,
+    threads: usize,
 ) -> Result<bytes::Bytes, StorageError> {
-    let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties))?;
-    writer.write(batch)?;
-    Ok(writer.into_inner()?.into())
+    let schema = batch.schema();
+    let group_rows = properties
+        .max_row_group_row_count()
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties))?;
+    let (mut file, columns) = writer.into_serialized_writer()?;
+    let total = batch.num_rows();
+    for (group, start) in (0..total).step_by(group_rows).enumerate() {
+        let rows = batch.slice(start, group_rows.min(total - start));
+        let mut leaves = Vec::with_capacity(rows.num_columns());
+        for (field, column) in schema.fields().iter().zip(rows.columns()) {
+            leaves.extend(compute_leaves(field, column)?);
+        }
+        // one column writer per leaf column, in the same order
+        let jobs: Vec<_> = columns
+            .create_column_writers(group)?
+            .into_iter()
+            .zip(leaves)
+            .map(|job| parking_lot::Mutex::new(Some(job)))
+            .collect();
+        let chunks = in_parallel(jobs.len(), threads, |i| {
+            let (mut writer, leaf) = jobs[i].lock().take().expect("each column once");
+            writer.write(&leaf)?;
+            writer.close()
+        });
+        let mut row_group = file.next_row_group()?;
+        for chunk in chunks {
+            ArrowColumnChunk::append_to_row_group(chunk?, &mut row_group)?;
+        }
+        row_group.close()?;
+    }
+    Ok(file.into_inner()?.into())
 }
 
 /// Writes `batch` to the local Parquet file `path` with `properties`, replacing any file of
@@ -322,7 +455,7 @@ pub(crate) fn write_parquet_durably(
 ) -> Result<u64, StorageError> {
     let dir = path.parent().expect("a file path has a parent");
     let name = path.file_name().expect("a file path has a name");
-    let encoded = encode_parquet(batch, properties)?;
+    let encoded = encode_parquet(batch, properties, 1)?;
     create_dir_durably(dir)?;
     replace_durably(dir, &name.to_string_lossy(), &encoded, Access::Default)?;
     Ok(encoded.len() as u64)
@@ -349,9 +482,7 @@ fn writer_properties(
         })
         .collect();
     let mut builder = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).expect("valid zstd level"),
-        ))
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_max_row_group_row_count(Some(options.row_group_rows))
@@ -464,7 +595,7 @@ mod tests {
                 ..PersistOptions::default()
             };
             let encoded =
-                encode_parquet(&batch, writer_properties(&batch, &options).unwrap()).unwrap();
+                encode_parquet(&batch, writer_properties(&batch, &options).unwrap(), 2).unwrap();
             let reader = SerializedFileReader::new(encoded).unwrap();
             let row_group = reader.metadata().row_group(0);
             let with_filters: Vec<String> = (0..row_group.num_columns())
@@ -474,6 +605,90 @@ mod tests {
             let expected: &[&str] = if bloom_filters { &["dc", "host"] } else { &[] };
             assert_eq!(with_filters, expected);
         }
+    }
+
+    #[test]
+    fn columns_encoded_on_several_threads_read_back_as_written() {
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use quiver_ingest::line_protocol::{decode_line_protocol, DecodeOptions};
+        // tags (dictionaries), every field type, nulls (a field some rows lack)
+        let lines: String = (0..1000)
+            .map(|i| {
+                let extra = if i % 3 == 0 {
+                    format!(",s=\"t{i}\"")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "cpu,host=h{},dc=d{} v={i}.5,n={i}i,u={i}u,b={}{extra} {i}\n",
+                    i % 7,
+                    i % 2,
+                    i % 2 == 0
+                )
+            })
+            .collect();
+        let decoded = decode_line_protocol(
+            lines.as_bytes(),
+            &DecodeOptions::for_tests(),
+            &quiver_model::schema::NoExistingTables,
+        );
+        let batch = crate::sort_and_deduplicate(&decoded.tables[0].batch).unwrap();
+        // row groups of 300 rows: four, the last one short
+        let options = PersistOptions {
+            row_group_rows: 300,
+            ..PersistOptions::default()
+        };
+        let serial = encode_parquet(&batch, writer_properties(&batch, &options).unwrap(), 1);
+        let parallel = encode_parquet(&batch, writer_properties(&batch, &options).unwrap(), 3);
+        for encoded in [serial.unwrap(), parallel.unwrap()] {
+            let reader = SerializedFileReader::new(encoded.clone()).unwrap();
+            let row_groups: Vec<i64> = (0..reader.metadata().num_row_groups())
+                .map(|i| reader.metadata().row_group(i).num_rows())
+                .collect();
+            assert_eq!(row_groups, [300, 300, 300, 100]);
+            let read: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(encoded)
+                .unwrap()
+                .build()
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let read = arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
+            // the same rows and the same Arrow types (tags stay dictionaries)
+            assert_eq!(read.schema(), batch.schema());
+            assert_eq!(read, batch);
+        }
+    }
+
+    #[test]
+    fn the_zstd_level_is_checked_and_used() {
+        let bad = PersistOptions {
+            zstd_level: 0,
+            ..PersistOptions::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("parquet_zstd_level"));
+        let times: Vec<i64> = (0..20_000i64)
+            .map(|i| i * 2_654_435_761 % 1_000_003)
+            .collect();
+        let batch = RecordBatch::try_new(
+            Arc::new(arrow::datatypes::Schema::new(vec![
+                quiver_model::schema::ColumnType::Time.arrow_field(TIME_COLUMN),
+            ])),
+            vec![Arc::new(
+                arrow::array::TimestampNanosecondArray::from(times).with_timezone("UTC"),
+            )],
+        )
+        .unwrap();
+        let size = |zstd_level| {
+            let options = PersistOptions {
+                zstd_level,
+                ..PersistOptions::default()
+            };
+            let properties = writer_properties(&batch, &options).unwrap();
+            encode_parquet(&batch, properties, 1).unwrap().len()
+        };
+        // the level reaches the compressor: the same rows compress differently
+        assert_ne!(size(1), size(19));
     }
 
     #[test]

@@ -42,7 +42,7 @@ use crate::compaction::{CompactionOptions, CompactionStats, Compactor};
 use crate::data_store::DataStore;
 use crate::database::{Database, DatabaseMap};
 use crate::error::StorageError;
-use crate::parquet_write::{self, PersistOptions};
+use crate::parquet_write::{self, PersistOptions, WriteClock, WriteContext, WriteTimes};
 use crate::table::{FrozenRows, ParquetFile, Table};
 
 /// What one persist did.
@@ -65,7 +65,7 @@ pub struct PersistSummary {
 }
 
 /// Counters of persistence since start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PersistStats {
     /// Completed persists.
     pub persists: u64,
@@ -95,6 +95,10 @@ pub struct PersistStats {
     pub write_waits: u64,
     /// The time those writes waited, summed.
     pub write_wait_time: Duration,
+    /// Writes that waited `max_buffer_wait` without room being made and were refused.
+    pub write_refusals: u64,
+    /// The time persists spent merging, encoding and storing, summed.
+    pub times: WriteTimes,
 }
 
 /// The Parquet side of a durable store (see the module documentation).
@@ -114,6 +118,10 @@ pub(crate) struct Persister {
     /// no persist runs): with the buffer's oldest unfrozen write, the persist lag.
     persisting_since: Mutex<Option<Instant>>,
     stats: Mutex<PersistStats>,
+    /// Counts the time persists spend in each step.
+    persist_clock: WriteClock,
+    /// Counts the time compactions spend in each step.
+    pub(crate) compaction_clock: WriteClock,
     pub(crate) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Compaction's planner state and counters.
     pub(crate) compactor: Arc<Compactor>,
@@ -151,6 +159,8 @@ impl Persister {
             last_error: Mutex::new(None),
             persisting_since: Mutex::new(None),
             stats: Mutex::new(PersistStats::default()),
+            persist_clock: WriteClock::default(),
+            compaction_clock: WriteClock::default(),
             thread: Mutex::new(None),
             compactor: Arc::new(Compactor::new(compaction)),
             merging: Mutex::new(()),
@@ -191,13 +201,17 @@ impl Persister {
                 .chain(unfrozen)
                 .min()
                 .map(|t| t.elapsed()),
+            times: self.persist_clock.times(),
             ..self.stats.lock().clone()
         }
     }
 
     /// Compaction counters, and the layout of the files now.
     pub(crate) fn compaction_stats(&self) -> CompactionStats {
-        self.compactor.stats(&self.catalog.lock())
+        CompactionStats {
+            times: self.compaction_clock.times(),
+            ..self.compactor.stats(&self.catalog.lock())
+        }
     }
 
     /// The catalog as last written.
@@ -229,11 +243,16 @@ impl Persister {
         stored
     }
 
-    /// Waits while the buffer holds `max_buffer_bytes` or more; fails at once if the last
-    /// persist failed (waiting could be forever, e.g. with a full disk).
+    /// Waits while the buffer holds `max_buffer_bytes` or more, at most `max_buffer_wait`
+    /// when called on a Tokio runtime (as every request is; elsewhere, e.g. a test's plain
+    /// executor, without a bound); fails at once if the last persist failed (waiting could be
+    /// forever, e.g. with a full disk), and once the wait is over.
     pub(crate) async fn wait_for_buffer_space(&self) -> Result<(), StorageError> {
         let limit = self.options.max_buffer_bytes;
         let mut waiting_since = None;
+        let deadline = tokio::runtime::Handle::try_current()
+            .is_ok()
+            .then(|| tokio::time::Instant::now() + self.options.max_buffer_wait);
         loop {
             let notified = self.buffer.space.notified();
             tokio::pin!(notified);
@@ -255,9 +274,21 @@ impl Persister {
                     reason,
                 });
             }
-            waiting_since.get_or_insert_with(Instant::now);
+            let since = *waiting_since.get_or_insert_with(Instant::now);
             self.buffer.wake_persister();
-            notified.await;
+            let Some(deadline) = deadline else {
+                notified.await;
+                continue;
+            };
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                self.count_wait(since);
+                self.stats.lock().write_refusals += 1;
+                return Err(StorageError::BufferBusy {
+                    buffered: self.buffer.bytes.load(Ordering::Acquire),
+                    limit,
+                    waited: self.options.max_buffer_wait,
+                });
+            }
         }
     }
 
@@ -496,16 +527,20 @@ impl Persister {
         // then their files: tables in parallel, and partitions of a table in parallel with
         // the threads the tables leave
         let threads = self.options.thread_count();
-        let per_table = (threads / frozen.len().max(1)).max(1);
+        let per_table = WriteContext {
+            options: &self.options,
+            chunk_cache: Some(&self.chunk_cache),
+            clock: &self.persist_clock,
+            threads: (threads / frozen.len().max(1)).max(1),
+        };
         let next_file_id = AtomicU64::new(state.next_file_id);
         let results = parquet_write::in_parallel(frozen.len(), threads, |i| {
             parquet_write::write_table_files(
                 &self.data,
                 &table_dirs[i],
                 &frozen[i].1,
-                (&self.options, &self.chunk_cache),
-                &next_file_id,
                 per_table,
+                &next_file_id,
             )
         });
         state.next_file_id = next_file_id.into_inner();

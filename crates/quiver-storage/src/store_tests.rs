@@ -432,3 +432,48 @@ fn the_persist_lag_and_the_writes_that_waited_for_space_are_reported() {
     assert_eq!(all_rows(&store, "m", "cpu").num_rows(), 5);
     store.close();
 }
+
+#[test]
+fn a_write_that_waits_past_max_buffer_wait_is_refused_and_none_of_it_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(dir.path());
+    options.persist.persist_bytes = 1;
+    options.persist.max_buffer_bytes = 1;
+    options.persist.max_buffer_wait = std::time::Duration::from_millis(200);
+    let (store, _) = Store::open(StoreLimits::default(), options).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let write_on_runtime =
+        |lp: &str| runtime.block_on(store.write("m", decode(&store, "m", lp), Durability::Sync));
+    // no persist can run while the test holds the persister's lock
+    let persister = store.persister.clone().unwrap();
+    let held = persister.running.lock();
+    write_on_runtime("cpu,host=a v=1 1\n").unwrap();
+    let started = std::time::Instant::now();
+    let refused = write_on_runtime("cpu,host=a v=2 2\n").unwrap_err();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(200));
+    assert!(
+        matches!(refused, StorageError::BufferBusy { .. }),
+        "{refused:?}"
+    );
+    use quiver_model::Classify;
+    assert_eq!(refused.kind(), quiver_model::ErrorKind::Busy);
+    let message = refused.to_string();
+    assert!(
+        message.contains("max_buffer_bytes") && message.contains("max_buffer_wait_secs (200ms)"),
+        "{message}"
+    );
+    drop(held);
+    store.persist_now().unwrap();
+    // with room again, writes are taken; the refused one never was
+    write_on_runtime("cpu,host=a v=3 3\n").unwrap();
+    let rows = all_rows(&store, "m", "cpu");
+    let times = crate::table_rows::time_column(&rows).unwrap();
+    assert_eq!(times.values().to_vec(), [1, 3]);
+    let stats = store.persist_stats().unwrap();
+    assert_eq!(stats.write_refusals, 1, "{stats:?}");
+    assert!(stats.times.encode_seconds > 0.0, "{stats:?}");
+    store.close();
+}

@@ -16,7 +16,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use crate::compaction::{CompactionOptions, CompactionScope, CompactionSummary, Merge};
 use crate::error::StorageError;
 use crate::file_entry::FileEntry;
-use crate::parquet_write::{self, NewFile};
+use crate::parquet_write::{self, NewFile, WriteClock, WriteContext, WriteStep};
 use crate::persister::Persister;
 use crate::table::splice_merged;
 use crate::table::ParquetFile;
@@ -121,7 +121,7 @@ impl Persister {
     /// dropped meanwhile. Unless the files were swapped in, nothing it wrote stays.
     fn try_merge(&self, merge: &Merge) -> Result<Option<CompactionSummary>, Box<MergeFailure>> {
         let options = &self.compactor.options;
-        let sorted = read_merged(self.data.objects(), merge)?;
+        let sorted = read_merged(self.data.objects(), merge, &self.compaction_clock)?;
         let cuts = time_cuts(&sorted, target_rows(merge, options))?;
         let first_id = self.reserve_file_ids(cuts.len().max(1) as u64)?;
         let table_dir = format!("{}/{}", merge.database, merge.table_id);
@@ -144,7 +144,12 @@ impl Persister {
                 &self.data,
                 &file,
                 rows,
-                (&self.options, chunk_cache),
+                WriteContext {
+                    options: &self.options,
+                    chunk_cache,
+                    clock: &self.compaction_clock,
+                    threads: self.options.thread_count(),
+                },
             )?);
             Ok(())
         };
@@ -267,17 +272,20 @@ impl From<StorageError> for Box<MergeFailure> {
 fn read_merged(
     files: &Arc<dyn object_store::ObjectStore>,
     merge: &Merge,
+    clock: &WriteClock,
 ) -> Result<RecordBatch, Box<MergeFailure>> {
     let mut batches = Vec::new();
     for input in &merge.inputs {
-        read_file(files, input, &mut batches).map_err(|error| {
-            Box::new(MergeFailure {
-                unreadable: Some(input.clone()),
-                error,
-            })
-        })?;
+        clock
+            .time(WriteStep::Read, || read_file(files, input, &mut batches))
+            .map_err(|error| {
+                Box::new(MergeFailure {
+                    unreadable: Some(input.clone()),
+                    error,
+                })
+            })?;
     }
-    Ok(merge_chunks(&merge.schema, batches)?)
+    Ok(clock.time(WriteStep::Merge, || merge_chunks(&merge.schema, batches))?)
 }
 
 /// Appends the rows of the file `entry` names to `batches`.

@@ -157,7 +157,7 @@ impl CompactionSummary {
 }
 
 /// Compaction counters since start, and the file layout now.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CompactionStats {
     /// What the merges since start did.
     #[serde(flatten)]
@@ -183,6 +183,8 @@ pub struct CompactionStats {
     pub max_files_per_partition: usize,
     /// The files of each table now (tables with none are not listed).
     pub tables: Vec<TableFiles>,
+    /// The time merges spent reading, merging, encoding and storing, summed.
+    pub times: crate::parquet_write::WriteTimes,
 }
 
 /// The Parquet files one table has now.
