@@ -60,6 +60,8 @@ struct Totals {
     rows: AtomicUsize,
     bytes: AtomicUsize,
     requests: AtomicUsize,
+    /// Writes the server refused with 503 + `Retry-After` (each was retried after the pause).
+    refusals: AtomicUsize,
 }
 
 fn main() {
@@ -78,12 +80,13 @@ fn main() {
         "baseline: in-process decode of {} on one core: {baseline:.0} rows/s",
         args.format
     );
-    let (rows_per_s, mb_per_s, latencies) = runtime.block_on(run(&args, batches));
+    let (rows_per_s, mb_per_s, latencies, refusals) = runtime.block_on(run(&args, batches));
     let median = percentile(&latencies, 0.5);
     let p99 = percentile(&latencies, 0.99);
     println!(
         "http ingest of {} ({}): {} connections x {}-row batches: {rows_per_s:.0} rows/s, {mb_per_s:.1} MB/s, \
-         latency p50 {median:.1} ms p99 {p99:.1} ms, {} requests; ratio to one-core decode {:.2}",
+         latency p50 {median:.1} ms p99 {p99:.1} ms, {} requests, {refusals} refused with 503 and \
+         retried; ratio to one-core decode {:.2}",
         args.format,
         if args.no_sync { "no_sync" } else { "fsync" },
         args.connections,
@@ -170,7 +173,11 @@ async fn single_request(args: &Args, rows: usize) {
     );
 }
 
-async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
+/// Sends the batches on `args.connections` connections for `args.seconds`; returns rows/s,
+/// MB/s, each write's latency (from its first attempt to its acknowledgement) and the
+/// refusals. A write refused with 503 + `Retry-After` is sent again after that pause, as a
+/// client that honours back-pressure does; any other failure ends the run.
+async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>, usize) {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
         .build()
@@ -184,6 +191,7 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
         rows: AtomicUsize::new(0),
         bytes: AtomicUsize::new(0),
         requests: AtomicUsize::new(0),
+        refusals: AtomicUsize::new(0),
     });
     let lines = args.batch_lines;
     let db = args.db.clone();
@@ -200,17 +208,27 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
                         batches[next.fetch_add(1, Ordering::Relaxed) % batches.len()].clone();
                     let size = body.len();
                     let sent = Instant::now();
-                    let response = client
-                        .post(&url)
-                        .header("content-type", content_type)
-                        .header("x-arc-database", &db)
-                        .body(body)
-                        .send()
-                        .await
-                        .expect("request");
-                    let status = response.status();
-                    let text = response.text().await.unwrap_or_default();
-                    assert_eq!(status, 204, "write failed: {text}");
+                    loop {
+                        let response = client
+                            .post(&url)
+                            .header("content-type", content_type)
+                            .header("x-arc-database", &db)
+                            .body(body.clone())
+                            .send()
+                            .await
+                            .expect("request");
+                        let status = response.status();
+                        let retry_after = retry_after(&response);
+                        let text = response.text().await.unwrap_or_default();
+                        match (status.as_u16(), retry_after) {
+                            (204, _) => break,
+                            (503, Some(pause)) => {
+                                totals.refusals.fetch_add(1, Ordering::Relaxed);
+                                tokio::time::sleep(pause).await;
+                            }
+                            _ => panic!("write failed: {status} {text}"),
+                        }
+                    }
                     if measuring.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
                         latencies.push(sent.elapsed().as_secs_f64() * 1e3);
                         totals.rows.fetch_add(lines, Ordering::Relaxed);
@@ -235,5 +253,12 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>) {
     latencies.sort_by(f64::total_cmp);
     let rows = totals.rows.load(Ordering::Relaxed) as f64 / elapsed;
     let mb = totals.bytes.load(Ordering::Relaxed) as f64 / elapsed / 1e6;
-    (rows, mb, latencies)
+    (rows, mb, latencies, totals.refusals.load(Ordering::Relaxed))
+}
+
+/// The pause a response's `Retry-After` (whole seconds) asks for.
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
+    let secs: u64 = value.to_str().ok()?.parse().ok()?;
+    Some(Duration::from_secs(secs))
 }
