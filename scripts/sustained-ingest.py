@@ -12,15 +12,20 @@ Per format:
      rows/s over the interval (`quiver_ingest_rows_total`), the write buffer and the persist
      lag, persists and compactions so far, Parquet files (most in one partition), RSS, and the
      writes slower than 50 ms (exact: 0.05 s is a bucket bound of the latency histogram) with
-     the bucket bound that holds the interval's p99.
+     the bucket bound that holds the interval's p99, and where persisting and compaction spent
+     their time so far (seconds per step: merge, encode, store; compaction also reads).
 
 Prints one Markdown table per format and a summary: sustained rows/s over the whole run
-against the request path alone (the issue's target: >= 0.9), peak RSS, most files in one
-partition, the share of writes over 50 ms.
+against the request path alone (the issue's target: >= 0.9), peak RSS against its bound
+(twice max_buffer_bytes: the buffer and a persist's sorted copy; the chunk cache's capacity;
+twice compaction_max_merge_bytes; 256 MiB for the rest), most files in one partition, the
+share of writes over 50 ms, writes refused with 503 (quiver-loadgen retries them after
+Retry-After, as a client honouring back-pressure does).
 
 Build first: cargo build --release -p quiver-server -p quiver-bench
 Usage: .venv/bin/python scripts/sustained-ingest.py [--minutes 10] [--formats lp,msgpack]
        [--connections 4] [--batch-lines 5000] [--interval 10] [--alone 10]
+       [--set parquet_zstd_level=1 ...]  (server settings for the sustained run)
 """
 
 from __future__ import annotations
@@ -79,6 +84,18 @@ def interval_latency(before: dict[float, float], after: dict[float, float]) -> t
     return count, slow, "+Inf" if p99 == float("inf") else f"<= {p99 * 1e3:g} ms"
 
 
+def steps(times: dict, names: tuple[str, ...]) -> str:
+    """Seconds per step of writing files, as `1.2/3.4/0.5`."""
+    return "/".join(f"{times[f'{name}_seconds']:.1f}" for name in names)
+
+
+def max_merge_bytes() -> int:
+    """compaction_max_merge_bytes' default: 1/32 of RAM, between 64 MiB and 1 GiB."""
+    with open("/proc/meminfo") as meminfo:
+        kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
+    return min(max(kib * 1024 // 32, 64 << 20), 1 << 30)
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
@@ -112,11 +129,12 @@ def sustained(fmt: str, args: argparse.Namespace) -> dict:
     print(f"\n## {fmt}: {args.minutes} min on the defaults, {args.connections} connections x "
           f"{args.batch_lines}-row batches, every {args.interval} s")
     print("| s | rows/s | buffer MiB | persist lag s | persists | compactions | files "
-          "| most in a partition | RSS MiB | writes | over 50 ms | p99 |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    summary = {"rss": 0.0, "most_files": 0, "writes": 0, "slow": 0}
+          "| most in a partition | RSS MiB | writes | over 50 ms | p99 "
+          "| persist s merge/encode/store | compaction s read/merge/encode/store |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    summary = {"rss": 0.0, "most_files": 0, "writes": 0, "slow": 0, "bound": 0.0}
     with tempfile.TemporaryDirectory() as data:
-        server = start(data, persist_held_off=False)
+        server = start(data, persist_held_off=False, **args.settings)
         try:
             started = time.monotonic()
             load = loadgen(fmt, args.minutes * 60, args)
@@ -140,17 +158,26 @@ def sustained(fmt: str, args: argparse.Namespace) -> dict:
                                             compaction["max_files_per_partition"])
                 summary["writes"] += writes
                 summary["slow"] += slow
+                summary["bound"] = (2 * persistence["buffer_limit_bytes"]
+                                    + store["chunk_cache"]["capacity_bytes"]
+                                    + 2 * max_merge_bytes() + (256 << 20)) / 2**20
+                summary["persist_times"] = persistence["times"]
+                summary["compaction_times"] = compaction["times"]
                 print(f"| {at - started:.0f} | {rows / (at - before_at):,.0f} "
                       f"| {persistence['buffered_bytes'] / 2**20:.0f} "
                       f"| {persistence['lag_seconds']:.1f} | {persistence['persists']} "
                       f"| {compaction['compactions']} | {compaction['files']} "
                       f"| {compaction['max_files_per_partition']} | {rss:.0f} | {writes} "
-                      f"| {slow} | {p99} |", flush=True)
+                      f"| {slow} | {p99} "
+                      f"| {steps(persistence['times'], ('merge', 'encode', 'store'))} "
+                      f"| {steps(compaction['times'], ('read', 'merge', 'encode', 'store'))} |",
+                      flush=True)
                 before_text, before_at = text, at
             report = load.stdout.read()
         finally:
             stop(server)
     summary["rate"] = loadgen_rate(report)
+    summary["refused"] = int(re.search(r"(\d+) refused with 503", report).group(1))
     print(report.strip().splitlines()[-1])
     return summary
 
@@ -164,18 +191,26 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--alone", type=int, default=10,
                         help="seconds of the request path alone, per format")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a server setting for the sustained run (repeatable)")
     args = parser.parse_args()
+    args.settings = dict(setting.split("=", 1) for setting in args.set)
     results = {}
     for fmt in args.formats.split(","):
         alone = request_path_alone(fmt, args)
         results[fmt] = (alone, sustained(fmt, args))
     print("\n| format | request path alone rows/s | sustained rows/s | sustained / alone "
-          "| peak RSS MiB | most files in a partition | writes over 50 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| peak RSS MiB (bound) | most files in a partition | writes over 50 ms "
+          "| refused (503, retried) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for fmt, (alone, s) in results.items():
         share = s["slow"] / max(s["writes"], 1)
         print(f"| {fmt} | {alone:,.0f} | {s['rate']:,.0f} | {s['rate'] / alone:.2f} "
-              f"| {s['rss']:.0f} | {s['most_files']} | {share:.2%} ({s['slow']} of {s['writes']}) |")
+              f"| {s['rss']:.0f} ({s['bound']:.0f}) | {s['most_files']} "
+              f"| {share:.2%} ({s['slow']} of {s['writes']}) | {s['refused']} |")
+    for fmt, (_, s) in results.items():
+        print(f"{fmt}: persist seconds {s['persist_times']}, compaction seconds "
+              f"{s['compaction_times']}")
 
 
 if __name__ == "__main__":

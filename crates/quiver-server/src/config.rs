@@ -624,6 +624,7 @@ mod tests {
             "persist_threads",
             "parquet_bloom_filters",
             "parquet_zstd_level",
+            "background_niceness",
             "chunk_cache_bytes",
             "retention_period",
             "compaction_enabled",

@@ -4,9 +4,9 @@
 //! their retention period, runs the merges that are due and deletes replaced files no query
 //! reads. Each holds the persister only while working, so dropping the store ends them too;
 //! [`Persister::close`] stops both (letting a running persist or merge finish), then the WAL.
-//! Both run at a lower priority than the request path (and so do the threads they start to
-//! encode files on): when the cores are busy, acknowledging writes and answering queries
-//! come first, and a buffer that fills up slows writes down (see
+//! Both run at a lower priority than the request path (`background_niceness`, and so do the
+//! threads they start to encode files on): when the cores are busy, acknowledging writes and
+//! answering queries come first, and a buffer that fills up slows writes down (see
 //! [`Persister::wait_for_buffer_space`]).
 
 use std::sync::atomic::Ordering;
@@ -23,12 +23,13 @@ impl Persister {
     /// Starts the background threads: the persister, and the maintainer (retention, file
     /// deletion, and merges unless compaction is turned off).
     pub(crate) fn start(self: &Arc<Self>) -> Result<(), StorageError> {
+        let niceness = self.options.niceness;
         let persister = Arc::downgrade(self);
         let buffer = self.buffer.clone();
         let handle = std::thread::Builder::new()
             .name("quiver-persist".into())
             .spawn(move || {
-                lower_this_threads_priority();
+                lower_this_threads_priority(niceness);
                 run_persister(persister, buffer)
             })
             .map_err(|e| StorageError::io(&self.data_dir, e))?;
@@ -38,7 +39,7 @@ impl Persister {
         let handle = std::thread::Builder::new()
             .name("quiver-maintain".into())
             .spawn(move || {
-                lower_this_threads_priority();
+                lower_this_threads_priority(niceness);
                 run_maintainer(persister, compactor)
             })
             .map_err(|e| StorageError::io(&self.data_dir, e))?;
@@ -158,19 +159,16 @@ fn run_maintainer(persister: Weak<Persister>, compactor: Arc<Compactor>) {
     }
 }
 
-/// The niceness of the background threads (and of the threads they start, which inherit it):
-/// under the scheduler's weights a thread at 10 gets about a tenth of a core that a request
-/// thread at 0 also wants, and all of an idle one.
-const BACKGROUND_NICENESS: i32 = 10;
-
-/// Lowers the calling thread's scheduling priority to [`BACKGROUND_NICENESS`] (Linux: the
-/// niceness is per thread). Elsewhere, or if the system refuses, the thread keeps its
-/// priority: only speed under load depends on it.
-fn lower_this_threads_priority() {
+/// Sets the calling thread's niceness to `niceness` (Linux: the niceness is per thread, and
+/// threads it starts inherit it). Under the scheduler's weights a thread at 10 gets about a
+/// tenth of a core that a request thread at 0 also wants, and all of an idle one. Elsewhere,
+/// or if the system refuses, the thread keeps its priority: only speed under load depends on
+/// it.
+fn lower_this_threads_priority(niceness: i32) {
     #[cfg(target_os = "linux")]
-    {
+    if niceness > 0 {
         // SAFETY: setpriority only reads its integer arguments; `0` is the calling thread.
-        let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICENESS) };
+        let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, niceness) };
         if result != 0 {
             tracing::debug!(
                 error = %std::io::Error::last_os_error(),
@@ -178,4 +176,6 @@ fn lower_this_threads_priority() {
             );
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = niceness;
 }

@@ -71,12 +71,17 @@ pub struct PersistOptions {
     pub max_buffer_wait: Duration,
     /// Threads one persist or compaction writes on: tables and time partitions in parallel,
     /// and the columns of one file (one table's merge runs on one of them); 0 means one per
-    /// core. These threads run at a lower priority than the request path.
+    /// core. These threads run at `niceness`.
     #[serde(rename = "persist_threads")]
     pub threads: usize,
     /// The zstd level of Parquet pages (1 to 22): higher is smaller and slower to write.
     #[serde(rename = "parquet_zstd_level")]
     pub zstd_level: i32,
+    /// The niceness (0 to 19) the persister's and the compactor's threads run at, and the
+    /// threads they start: higher yields the cores to the request path more. 0 runs them
+    /// like every other thread.
+    #[serde(rename = "background_niceness")]
+    pub niceness: i32,
     /// Writes a bloom filter per tag column and row group, so `tag = value` and `IN` skip row
     /// groups whose min/max statistics cannot rule the value out. Off by default: files are
     /// sorted by every tag, so page statistics already narrow a tag to a few pages, and the
@@ -96,6 +101,7 @@ impl Default for PersistOptions {
             max_buffer_wait: Duration::from_secs(10),
             threads: 0,
             zstd_level: 3,
+            niceness: 10,
             bloom_filters: false,
         }
     }
@@ -120,6 +126,12 @@ impl PersistOptions {
         }
         if self.row_group_rows == 0 {
             return Err("parquet_row_group_rows must be positive".into());
+        }
+        if !(0..=19).contains(&self.niceness) {
+            return Err(format!(
+                "background_niceness must be between 0 and 19, got {}",
+                self.niceness
+            ));
         }
         if ZstdLevel::try_new(self.zstd_level).is_err() {
             return Err(format!(
@@ -667,6 +679,11 @@ mod tests {
             ..PersistOptions::default()
         };
         assert!(bad.validate().unwrap_err().contains("parquet_zstd_level"));
+        let bad = PersistOptions {
+            niceness: 20,
+            ..PersistOptions::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("background_niceness"));
         let times: Vec<i64> = (0..20_000i64)
             .map(|i| i * 2_654_435_761 % 1_000_003)
             .collect();
