@@ -162,6 +162,7 @@ def sustained(fmt: str, args: argparse.Namespace) -> dict:
                                     + store["chunk_cache"]["capacity_bytes"]
                                     + 2 * max_merge_bytes() + (256 << 20)) / 2**20
                 summary["persist_times"] = persistence["times"]
+                summary["persisted"] = (persistence["rows"], persistence["parquet_bytes"])
                 summary["compaction_times"] = compaction["times"]
                 print(f"| {at - started:.0f} | {rows / (at - before_at):,.0f} "
                       f"| {persistence['buffered_bytes'] / 2**20:.0f} "
@@ -209,8 +210,10 @@ def main() -> None:
               f"| {s['rss']:.0f} ({s['bound']:.0f}) | {s['most_files']} "
               f"| {share:.2%} ({s['slow']} of {s['writes']}) | {s['refused']} |")
     for fmt, (_, s) in results.items():
-        print(f"{fmt}: persist seconds {s['persist_times']}, compaction seconds "
-              f"{s['compaction_times']}")
+        rows, parquet_bytes = s["persisted"]
+        print(f"{fmt}: persisted {rows:,} rows as {parquet_bytes:,} Parquet bytes "
+              f"({parquet_bytes / max(rows, 1):.1f} bytes/row); persist seconds "
+              f"{s['persist_times']}, compaction seconds {s['compaction_times']}")
 
 
 if __name__ == "__main__":
