@@ -193,7 +193,8 @@ pub struct WriteTimes {
     pub read_seconds: f64,
     /// Merging rows into series-then-time order and deduplicating them.
     pub merge_seconds: f64,
-    /// Encoding and compressing Parquet (summed over the threads that did it at once).
+    /// Encoding and compressing Parquet (each file's wall time, its columns encoded in
+    /// parallel; files encoded at once are summed).
     pub encode_seconds: f64,
     /// Storing the encoded files durably (fsync, or an upload).
     pub store_seconds: f64,
