@@ -26,6 +26,7 @@ Build first: cargo build --release -p quiver-server -p quiver-bench
 Usage: .venv/bin/python scripts/sustained-ingest.py [--minutes 10] [--formats lp,msgpack]
        [--connections 4] [--batch-lines 5000] [--interval 10] [--alone 10]
        [--set parquet_zstd_level=1 ...]  (server settings for the sustained run)
+       [--rate 150000]  (an offered load below capacity: p99 while persists run)
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def loadgen(fmt: str, seconds: int, args: argparse.Namespace) -> subprocess.Pope
     return subprocess.Popen(
         [RELEASE / "quiver-loadgen", "--url", URL, "--db", DB, "--format", fmt,
          "--connections", str(args.connections), "--batch-lines", str(args.batch_lines),
-         "--batches", "512", "--hosts", "1000", "--seconds", str(seconds)],
+         "--batches", "512", "--hosts", "1000", "--seconds", str(seconds),
+         "--rate", str(args.rate)],
         stdout=subprocess.PIPE, text=True)
 
 
@@ -192,6 +194,9 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--alone", type=int, default=10,
                         help="seconds of the request path alone, per format")
+    parser.add_argument("--rate", type=int, default=0,
+                        help="rows/s offered in all (0: as fast as the connections go); "
+                             "latency then counts from each request's scheduled time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a server setting for the sustained run (repeatable)")
     args = parser.parse_args()

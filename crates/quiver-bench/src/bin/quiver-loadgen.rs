@@ -44,6 +44,11 @@ struct Args {
     /// Measured duration in seconds (after a one-second warm-up).
     #[arg(long, default_value_t = 15)]
     seconds: u64,
+    /// Rows per second to offer in all (0: as fast as the connections go). Requests are sent
+    /// on a fixed schedule and each one's latency counts from its scheduled time, so a server
+    /// that stalls is not measured kindly (no coordinated omission).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
     /// Ask for `no_sync=true` (acknowledged before the WAL fsync).
     #[arg(long)]
     no_sync: bool,
@@ -195,19 +200,34 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>, us
     });
     let lines = args.batch_lines;
     let db = args.db.clone();
+    // with a rate: request n is due at `n / requests_per_second` after the start
+    let schedule = (args.rate > 0).then(|| {
+        let per_second = args.rate as f64 / lines.max(1) as f64;
+        (tokio::time::Instant::now(), per_second)
+    });
+    let due_requests = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..args.connections)
         .map(|_| {
             let (client, url, batches, next) =
                 (client.clone(), url.clone(), batches.clone(), next.clone());
             let (measuring, stop, totals, db) =
                 (measuring.clone(), stop.clone(), totals.clone(), db.clone());
+            let due_requests = due_requests.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let body =
                         batches[next.fetch_add(1, Ordering::Relaxed) % batches.len()].clone();
                     let size = body.len();
-                    let sent = Instant::now();
+                    let sent = match schedule {
+                        Some((start, per_second)) => {
+                            let n = due_requests.fetch_add(1, Ordering::Relaxed);
+                            let due = start + Duration::from_secs_f64(n as f64 / per_second);
+                            tokio::time::sleep_until(due).await;
+                            due.into_std()
+                        }
+                        None => Instant::now(),
+                    };
                     loop {
                         let response = client
                             .post(&url)
