@@ -90,13 +90,6 @@ def steps(times: dict, names: tuple[str, ...]) -> str:
     return "/".join(f"{times[f'{name}_seconds']:.1f}" for name in names)
 
 
-def max_merge_bytes() -> int:
-    """compaction_max_merge_bytes' default: 1/32 of RAM, between 64 MiB and 1 GiB."""
-    with open("/proc/meminfo") as meminfo:
-        kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
-    return min(max(kib * 1024 // 32, 64 << 20), 1 << 30)
-
-
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
@@ -162,7 +155,7 @@ def sustained(fmt: str, args: argparse.Namespace) -> dict:
                 summary["slow"] += slow
                 summary["bound"] = (2 * persistence["buffer_limit_bytes"]
                                     + store["chunk_cache"]["capacity_bytes"]
-                                    + 2 * max_merge_bytes() + (256 << 20)) / 2**20
+                                    + 2 * compaction["max_merge_bytes"] + (256 << 20)) / 2**20
                 summary["persist_times"] = persistence["times"]
                 summary["persisted"] = (persistence["rows"], persistence["parquet_bytes"])
                 summary["compaction_times"] = compaction["times"]

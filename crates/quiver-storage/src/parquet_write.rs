@@ -65,8 +65,8 @@ pub struct PersistOptions {
     #[serde(rename = "parquet_row_group_rows")]
     pub row_group_rows: usize,
     /// Writes wait at most this long (whole seconds) for a persist to make room below
-    /// `max_buffer_bytes`; then they fail with 503 and `Retry-After` (nothing is lost: an
-    /// unacknowledged write was not taken).
+    /// `max_buffer_bytes`; then they fail as busy ([`StorageError::BufferBusy`]: nothing of
+    /// the write was taken).
     #[serde(rename = "max_buffer_wait_secs", with = "quiver_model::settings::secs")]
     pub max_buffer_wait: Duration,
     /// Threads one persist or compaction writes on: tables and time partitions in parallel,
@@ -200,14 +200,9 @@ pub struct WriteTimes {
     pub store_seconds: f64,
 }
 
-/// Counts [`WriteTimes`] from several threads at once.
+/// Counts [`WriteTimes`] from several threads at once: nanoseconds per [`WriteStep`].
 #[derive(Debug, Default)]
-pub(crate) struct WriteClock {
-    read: AtomicU64,
-    merge: AtomicU64,
-    encode: AtomicU64,
-    store: AtomicU64,
-}
+pub(crate) struct WriteClock([AtomicU64; 4]);
 
 /// A step of writing files, as [`WriteClock`] counts it.
 #[derive(Debug, Clone, Copy)]
@@ -223,24 +218,18 @@ impl WriteClock {
     pub(crate) fn time<T>(&self, step: WriteStep, work: impl FnOnce() -> T) -> T {
         let started = Instant::now();
         let result = work();
-        let counter = match step {
-            WriteStep::Read => &self.read,
-            WriteStep::Merge => &self.merge,
-            WriteStep::Encode => &self.encode,
-            WriteStep::Store => &self.store,
-        };
-        counter.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.0[step as usize].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         result
     }
 
     /// The times counted so far.
     pub(crate) fn times(&self) -> WriteTimes {
-        let seconds = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64 / 1e9;
+        let seconds = |step: WriteStep| self.0[step as usize].load(Ordering::Relaxed) as f64 / 1e9;
         WriteTimes {
-            read_seconds: seconds(&self.read),
-            merge_seconds: seconds(&self.merge),
-            encode_seconds: seconds(&self.encode),
-            store_seconds: seconds(&self.store),
+            read_seconds: seconds(WriteStep::Read),
+            merge_seconds: seconds(WriteStep::Merge),
+            encode_seconds: seconds(WriteStep::Encode),
+            store_seconds: seconds(WriteStep::Store),
         }
     }
 }

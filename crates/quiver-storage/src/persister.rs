@@ -258,21 +258,19 @@ impl Persister {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let buffered = self.buffer.bytes.load(Ordering::Acquire);
-            if buffered < limit {
+            let failure = self.last_error.lock().clone();
+            if buffered < limit || failure.is_some() {
                 if let Some(since) = waiting_since {
                     self.count_wait(since);
                 }
-                return Ok(());
-            }
-            if let Some(reason) = self.last_error.lock().clone() {
-                if let Some(since) = waiting_since {
-                    self.count_wait(since);
-                }
-                return Err(StorageError::BufferFull {
-                    buffered,
-                    limit,
-                    reason,
-                });
+                return match failure.filter(|_| buffered >= limit) {
+                    None => Ok(()),
+                    Some(reason) => Err(StorageError::BufferFull {
+                        buffered,
+                        limit,
+                        reason,
+                    }),
+                };
             }
             let since = *waiting_since.get_or_insert_with(Instant::now);
             self.buffer.wake_persister();

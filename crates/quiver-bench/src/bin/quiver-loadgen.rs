@@ -242,10 +242,12 @@ async fn run(args: &Args, batches: Vec<bytes::Bytes>) -> (f64, f64, Vec<f64>, us
                         let text = response.text().await.unwrap_or_default();
                         match (status.as_u16(), retry_after) {
                             (204, _) => break,
-                            (503, Some(pause)) => {
+                            (503, Some(pause)) if !stop.load(Ordering::Relaxed) => {
                                 totals.refusals.fetch_add(1, Ordering::Relaxed);
                                 tokio::time::sleep(pause).await;
                             }
+                            // the run is over: a refused write is not retried (nor counted)
+                            (503, Some(_)) => break,
                             _ => panic!("write failed: {status} {text}"),
                         }
                     }

@@ -185,6 +185,8 @@ pub struct CompactionStats {
     pub tables: Vec<TableFiles>,
     /// The time merges spent reading, merging, encoding and storing, summed.
     pub times: crate::parquet_write::WriteTimes,
+    /// The most memory one merge's rows may take (`compaction_max_merge_bytes`, as resolved).
+    pub max_merge_bytes: u64,
 }
 
 /// The Parquet files one table has now.
@@ -423,6 +425,7 @@ impl Compactor {
     /// Counters since start, with the layout of `catalog`'s files now.
     pub(crate) fn stats(&self, catalog: &crate::catalog::CatalogState) -> CompactionStats {
         let mut stats = self.stats.lock().clone();
+        stats.max_merge_bytes = self.options.max_merge_bytes;
         stats.files_awaiting_deletion = self.retired.lock().len();
         stats.quarantined_files = self.quarantined.lock().values().cloned().collect();
         stats.quarantined_files.sort();
